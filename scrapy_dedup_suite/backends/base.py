@@ -1,0 +1,263 @@
+"""The backend interface every storage implements."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from redis.exceptions import ResponseError
+from scrapy.settings import BaseSettings
+
+from .. import scripts
+from ..exceptions import FilterMismatchError, WrongKeyTypeError
+
+logger = logging.getLogger(__name__)
+
+#: Fingerprints sent to Redis per pipeline in the batched operations.
+BATCH = 1000
+
+#: Bumped when the layout of the stored data changes incompatibly.
+LAYOUT_VERSION = "1"
+
+
+def as_str(value: Any) -> str:
+    """Redis replies are bytes unless the client decodes them."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class DedupBackend(ABC):
+    """Storage of request fingerprints in Redis.
+
+    A backend is built from plain values (a Redis client, a base key, its own
+    typed parameters), so it can be used and tested without a crawler;
+    :meth:`from_settings` is the one place that reads Scrapy settings for it.
+
+    Fingerprints are ``str``. The Bloom backends need hex digests (>= 32 hex
+    characters); the set and hash backends store any string.
+    """
+
+    #: The name ``DEDUP_BACKEND`` selects this backend by.
+    name: ClassVar[str] = ""
+    #: Whether duplicates also count in ``bloomfilter/filtered``.
+    is_bloom: ClassVar[bool] = False
+    #: Whether :meth:`check_and_add` honours a per-request expiry.
+    uses_expire: ClassVar[bool] = False
+
+    def __init__(self, server: Any, key: str) -> None:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"the Redis key must be a non-empty string, got {key!r}")
+        self.server = server
+        self.key = key
+        self._opened = False
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
+        """Build the backend from Scrapy settings (override to read ``DEDUP_*``)."""
+        return cls(server, key)
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check (and create) what the backend keeps in Redis. Idempotent.
+
+        Raises :class:`WrongKeyTypeError` for a key of another type and
+        :class:`FilterMismatchError` for a filter built with other parameters.
+        """
+        if not self._opened:
+            self._open()
+            self._opened = True
+
+    def _open(self) -> None:  # noqa: B027 - optional hook
+        """Backend-specific part of :meth:`open`."""
+
+    # -- the operations -------------------------------------------------------------
+
+    @abstractmethod
+    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        """Record ``fingerprint``; return True if it was already recorded (seen).
+
+        One round trip, atomic on the server. ``expire`` (seconds) is honoured
+        by backends with per-fingerprint expiry and ignored by the others.
+        """
+
+    #: Lua scripts of the batched and non-recording operations: called with the
+    #: keys and arguments of :meth:`add_call` / :meth:`contains_call`; they
+    #: answer 0 for "new" / "absent". Backends without scripts override the
+    #: three methods below instead.
+    add_script: ClassVar[scripts.LuaScript | None] = None
+    contains_script: ClassVar[scripts.LuaScript | None] = None
+
+    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of :attr:`add_script` for one fingerprint."""
+        raise NotImplementedError
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of :attr:`contains_script` for one fingerprint."""
+        raise NotImplementedError
+
+    def contains(self, fingerprint: str) -> bool:
+        """True if ``fingerprint`` is recorded. Records nothing."""
+        assert self.contains_script is not None
+        return self.contains_script(self.server, *self.contains_call(fingerprint)) != 0
+
+    def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
+        """:meth:`contains` for many fingerprints, pipelined."""
+        assert self.contains_script is not None
+        out: list[bool] = []
+        for batch in chunks(fingerprints):
+            calls = [self.contains_call(fp) for fp in batch]
+            out += [r != 0 for r in scripts.run_many(self.server, self.contains_script, calls)]
+        return out
+
+    def add_many(self, fingerprints: Iterable[str], expire: float | None = None) -> int:
+        """Record many fingerprints, pipelined; return how many were new."""
+        assert self.add_script is not None
+        added = 0
+        for batch in chunks(fingerprints):
+            calls = [self.add_call(fp, expire) for fp in batch]
+            added += sum(r == 0 for r in scripts.run_many(self.server, self.add_script, calls))
+        return added
+
+    @abstractmethod
+    def owned_keys(self) -> list[str]:
+        """Every Redis key this backend owns now, with the metadata record."""
+
+    def expected_types(self) -> dict[str, str]:
+        """Map of owned key -> Redis type it must hold."""
+        return dict.fromkeys(self.owned_keys(), "string")
+
+    def clear(self) -> int:
+        """Delete every key the backend owns, and nothing else; return how many.
+
+        Types are checked first: if any owned key holds another type, nothing
+        is deleted and :class:`WrongKeyTypeError` is raised.
+        """
+        expected = self.expected_types()
+        self.check_types(expected)
+        deleted = 0
+        for key, kind in expected.items():
+            found = as_str(scripts.DELETE_IF_TYPE(self.server, [key], [kind]))
+            deleted += found == kind
+        self._opened = False
+        logger.info(
+            "Cleared %d Redis key(s) of the %s dupefilter at %r", deleted, self.name, self.key
+        )
+        return deleted
+
+    def info(self) -> dict[str, Any]:
+        """What an operator wants to know: parameters, sizes, memory."""
+        keys = self.owned_keys()
+        return {
+            "backend": self.name,
+            "key": self.key,
+            "keys": len(keys),
+            "memory_bytes": self.memory_usage(keys),
+        }
+
+    # -- helpers for subclasses -------------------------------------------------------
+
+    def memory_usage(self, keys: Sequence[str]) -> int:
+        """Sum of ``MEMORY USAGE`` over ``keys`` (missing keys count 0)."""
+        if not keys:
+            return 0
+        pipe = self.server.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+        return sum(int(v or 0) for v in pipe.execute())
+
+    def check_types(self, expected: Mapping[str, str], hint: str = "") -> dict[str, str]:
+        """Raise WrongKeyTypeError unless each key is missing or of its type.
+
+        Returns the type found for each key ("none" when missing).
+        """
+        if not expected:
+            return {}
+        pipe = self.server.pipeline(transaction=False)
+        for key in expected:
+            pipe.type(key)
+        found = {key: as_str(kind) for key, kind in zip(expected, pipe.execute())}
+        for key, kind in found.items():
+            if kind not in ("none", expected[key]):
+                raise WrongKeyTypeError(
+                    key, kind, expected[key], hint or self.wrong_type_hint(kind)
+                )
+        return found
+
+    def refuse_orphans(self, found: Mapping[str, str], meta_key: str) -> None:
+        """Refuse data keys that exist without the record of their parameters."""
+        if found.get(meta_key) != "none":
+            return
+        orphans = [key for key, kind in found.items() if key != meta_key and kind != "none"]
+        if orphans:
+            raise FilterMismatchError(
+                f"Redis key(s) {', '.join(map(repr, orphans))} exist but {meta_key!r}, the record "
+                "of the parameters they were written with, does not, so this package cannot tell "
+                "what they hold. Nothing was changed. Move them away (RENAME) or point the "
+                "dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
+            )
+
+    def wrong_type_hint(self, found: str) -> str:
+        hint = (
+            "Point the dupefilter at another key (SCHEDULER_DUPEFILTER_KEY), or move or delete "
+            "that key yourself if it is not needed."
+        )
+        if found == "set" and self.is_bloom:
+            hint = (
+                "It looks like a scrapy-redis fingerprint set: convert it with "
+                "`scrapy migrate-set-to-bloom`, or set SCHEDULER_DUPEFILTER_KEY to another key."
+            )
+        return hint
+
+    def init_meta(self, meta_key: str, wanted: Mapping[str, str], compare: Sequence[str]) -> bool:
+        """Create the parameter record at ``meta_key`` or check it against ``wanted``.
+
+        Returns True when the record was created by this call.
+        """
+        args: list[str] = []
+        for field, value in wanted.items():
+            args += [field, value]
+        try:
+            created, flat = scripts.META_INIT(self.server, [meta_key], args)
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                kind = self.server.type(meta_key)
+                raise WrongKeyTypeError(
+                    meta_key, as_str(kind), "hash", self.wrong_type_hint(as_str(kind))
+                ) from None
+            raise
+        stored = {as_str(flat[i]): as_str(flat[i + 1]) for i in range(0, len(flat), 2)}
+        if stored.get("backend") != wanted["backend"]:
+            raise FilterMismatchError(
+                f"{meta_key!r} describes a {stored.get('backend', 'unknown')!r} filter, not "
+                f"{wanted['backend']!r}. Set DEDUP_BACKEND={stored.get('backend')!r} to use it, or "
+                "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
+            )
+        different = [f for f in compare if stored.get(f) != wanted.get(f)]
+        if different:
+            diff = ", ".join(
+                f"{f}: stored {stored.get(f)!r}, configured {wanted.get(f)!r}" for f in different
+            )
+            raise FilterMismatchError(
+                f"The {wanted['backend']} filter at {self.key!r} was created with other parameters "
+                f"({diff}). Opening it with these settings would test the wrong bits. Use the "
+                f"settings it was created with (stored in {meta_key!r}), or point the dupefilter "
+                "at another key with SCHEDULER_DUPEFILTER_KEY; delete the old keys only if their "
+                "contents may be lost."
+            )
+        return bool(created)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} key={self.key!r}>"

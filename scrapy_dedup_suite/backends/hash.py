@@ -1,0 +1,115 @@
+"""``hash``: fingerprint -> expiry timestamp, in Redis hashes.
+
+A request is seen iff its field exists and its expiry (Unix milliseconds, by
+the Redis server's clock) is in the future; otherwise the expiry is (re)written
+as now + ``DEDUP_EXPIRE`` seconds, or ``request.meta["dedup_expire"]``. The
+check and the write are one Lua call. Fingerprints are spread over
+``DEDUP_HASH_SHARDS`` hashes (``<key>:0`` ... ``<key>:<shards-1>``, by CRC32 of
+the fingerprint) so that a janitor can purge expired fields in small batches
+and a Redis Cluster spreads them over its masters. The parameter record lives
+in ``<key>:meta``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+from redis.exceptions import NoScriptError
+from scrapy.settings import BaseSettings
+
+from .. import config, scripts
+from .base import LAYOUT_VERSION, DedupBackend
+
+
+class HashBackend(DedupBackend):
+    name = "hash"
+    uses_expire = True
+    add_script = scripts.HASH_ADD
+    contains_script = scripts.HASH_CONTAINS
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        *,
+        expire: float = config.default("DEDUP_EXPIRE"),
+        shards: int = config.default("DEDUP_HASH_SHARDS"),
+    ) -> None:
+        super().__init__(server, key)
+        self.expire = config.check_expire("DEDUP_EXPIRE", expire)
+        self.shards = config.check_int(
+            "DEDUP_HASH_SHARDS", shards, minimum=1, allowed="a whole number of hashes >= 1"
+        )
+        self.meta_key = f"{key}:meta"
+        self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
+        self._ttl_ms = max(1, round(self.expire * 1000))
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> HashBackend:
+        return cls(
+            server,
+            key,
+            expire=settings.get("DEDUP_EXPIRE", config.default("DEDUP_EXPIRE")),
+            shards=settings.get("DEDUP_HASH_SHARDS", config.default("DEDUP_HASH_SHARDS")),
+        )
+
+    @staticmethod
+    def _to_ms(expire: float) -> int:
+        return max(1, round(config.check_expire("request.meta['dedup_expire']", expire) * 1000))
+
+    def shard_of(self, fingerprint: str) -> str:
+        if self.shards == 1:
+            return self.shard_keys[0]
+        return self.shard_keys[zlib.crc32(fingerprint.encode("utf-8")) % self.shards]
+
+    def _open(self) -> None:
+        self.refuse_orphans(self.check_types(self.expected_types()), self.meta_key)
+        self.init_meta(
+            self.meta_key,
+            {
+                "backend": self.name,
+                "layout": LAYOUT_VERSION,
+                "shards": str(self.shards),
+                "created": str(int(time.time())),
+            },
+            compare=("layout", "shards"),
+        )
+
+    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        ttl = self._ttl_ms if expire is None else self._to_ms(expire)
+        key = self.shard_of(fingerprint)
+        try:
+            return (
+                self.server.execute_command(
+                    "EVALSHA", scripts.HASH_ADD.sha, 1, key, fingerprint, ttl
+                )
+                == 1
+            )
+        except NoScriptError:
+            return scripts.HASH_ADD(self.server, [key], [fingerprint, ttl]) == 1
+
+    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
+        ttl = self._ttl_ms if expire is None else self._to_ms(expire)
+        return [self.shard_of(fingerprint)], [fingerprint, ttl]
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        return [self.shard_of(fingerprint)], [fingerprint]
+
+    def owned_keys(self) -> list[str]:
+        return [*self.shard_keys, self.meta_key]
+
+    def expected_types(self) -> dict[str, str]:
+        return dict.fromkeys(self.owned_keys(), "hash")
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        pipe = self.server.pipeline(transaction=False)
+        for key in self.shard_keys:
+            pipe.hlen(key)
+        # Expired fields count until the janitor purges them.
+        info["fields"] = sum(int(n) for n in pipe.execute())
+        info["shards"] = self.shards
+        info["expire"] = self.expire
+        return info

@@ -1,0 +1,50 @@
+"""``set``: scrapy-redis's own fingerprint set (exact, the compatible baseline).
+
+Same key (``%(spider)s:dupefilter``) and same members as
+``scrapy_redis.dupefilter.RFPDupeFilter``: a crawl that switches to this
+backend filters everything scrapy-redis recorded, and back again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .base import DedupBackend, chunks
+
+
+class SetBackend(DedupBackend):
+    name = "set"
+
+    def _open(self) -> None:
+        self.check_types({self.key: "set"})
+
+    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        # SADD answers how many members were added: 0 when it was there.
+        return self.server.execute_command("SADD", self.key, fingerprint) == 0
+
+    def contains(self, fingerprint: str) -> bool:
+        return bool(self.server.execute_command("SISMEMBER", self.key, fingerprint))
+
+    def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
+        out: list[bool] = []
+        for batch in chunks(fingerprints):
+            out += [bool(v) for v in self.server.execute_command("SMISMEMBER", self.key, *batch)]
+        return out
+
+    def add_many(self, fingerprints: Iterable[str], expire: float | None = None) -> int:
+        return sum(
+            int(self.server.execute_command("SADD", self.key, *batch))
+            for batch in chunks(fingerprints)
+        )
+
+    def owned_keys(self) -> list[str]:
+        return [self.key]
+
+    def expected_types(self) -> dict[str, str]:
+        return {self.key: "set"}
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        info["fingerprints"] = int(self.server.scard(self.key))
+        return info

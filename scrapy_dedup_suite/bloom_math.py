@@ -1,0 +1,163 @@
+"""Bloom filter sizing and the bit-position scheme shared by every code path.
+
+The scheme (named ``dh48-v1`` in the filter's stored parameters) maps a
+fingerprint, a hex digest of at least 16 bytes, to one block and k bit offsets
+in it by double hashing (Kirsch and Mitzenmacher, 2006)::
+
+    h1    = int(fp[0:12], 16)            # 48 bits
+    h2    = int(fp[12:24], 16)           # 48 bits
+    block = int(fp[24:32], 16) mod B     # 32 bits
+    p_0   = h1 mod m
+    p_i   = (p_(i-1) + (h2 mod m)) mod m,  i = 1 .. k-1
+
+where m (< 2^32 + 1) is the number of bits in one block. Every value stays
+below 2^53, so the Lua scripts (which compute with doubles), this module's
+pure-Python reference and the vectorised bulk path of the migration compute the
+same integers exactly. Offsets are Redis bit offsets (SETBIT/GETBIT: offset 0
+is the most significant bit of byte 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .config import check_capacity, check_error_rate, check_int
+from .exceptions import DedupConfigError, InvalidFingerprintError
+
+SCHEME = "dh48-v1"
+
+#: One Redis string holds at most 512 MB = 2^32 bits.
+MAX_BLOCK_BITS = 2**32
+
+#: Fewest hex characters a fingerprint must have (16 bytes).
+MIN_FINGERPRINT_HEX = 32
+
+
+def optimal_bits(capacity: int, error_rate: float) -> int:
+    """m = ceil(-n ln p / (ln 2)^2)."""
+    return math.ceil(-capacity * math.log(error_rate) / (math.log(2) ** 2))
+
+
+def optimal_hashes(bits: int, capacity: int) -> int:
+    """k = round(m / n * ln 2), at least 1."""
+    return max(1, round(bits / capacity * math.log(2)))
+
+
+def false_positive_rate(bits: int, hashes: int, items: float) -> float:
+    """Expected false-positive rate of an m-bit, k-hash filter holding ``items``."""
+    if items <= 0:
+        return 0.0
+    return (1.0 - math.exp(-hashes * items / bits)) ** hashes
+
+
+@dataclass(frozen=True)
+class BloomParams:
+    """The shape of one Bloom filter: what is stored beside its bits."""
+
+    capacity: int
+    error_rate: float
+    block_bits: int
+    hashes: int
+    blocks: int
+    scheme: str = SCHEME
+
+    @classmethod
+    def from_capacity(
+        cls,
+        capacity: int,
+        error_rate: float,
+        blocks: int = 0,
+        *,
+        capacity_name: str = "DEDUP_BLOOM_CAPACITY",
+        error_rate_name: str = "DEDUP_BLOOM_ERROR_RATE",
+        blocks_name: str = "DEDUP_BLOOM_BLOCKS",
+    ) -> BloomParams:
+        capacity = check_capacity(capacity_name, capacity)
+        error_rate = check_error_rate(error_rate_name, error_rate)
+        blocks = check_int(
+            blocks_name, blocks, minimum=0, allowed="0 (automatic) or a number of blocks >= 1"
+        )
+        total = optimal_bits(capacity, error_rate)
+        hashes = optimal_hashes(total, capacity)
+        needed = max(1, math.ceil(total / MAX_BLOCK_BITS))
+        if blocks == 0:
+            blocks = needed
+        elif blocks < needed:
+            raise DedupConfigError(
+                f"{blocks_name}={blocks} is too few: a filter for {capacity:,} fingerprints at "
+                f"error rate {error_rate} needs {total:,} bits, and one block (Redis string) holds "
+                f"at most {MAX_BLOCK_BITS:,}; use {needed} or more, or 0 for automatic"
+            )
+        block_bits = max(8, math.ceil(total / blocks))
+        return cls(capacity, error_rate, block_bits, hashes, blocks)
+
+    @classmethod
+    def from_bit_exponent(cls, bit: int, hashes: int, error_rate: float) -> BloomParams:
+        """scrapy-redis-bloomfilter's ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER``:
+        one filter of 2^bit bits and k hashes (split into blocks above 2^32 bits)."""
+        bit = check_int(
+            "BLOOMFILTER_BIT", bit, minimum=3, allowed="a whole number from 3 to 40 (m = 2^BIT)"
+        )
+        if bit > 40:
+            raise DedupConfigError(
+                f"BLOOMFILTER_BIT must be a whole number from 3 to 40, got {bit}"
+            )
+        hashes = check_int(
+            "BLOOMFILTER_HASH_NUMBER", hashes, minimum=1, allowed="a whole number >= 1"
+        )
+        total = 2**bit
+        blocks = max(1, total // MAX_BLOCK_BITS)
+        # The capacity at which this m and k reach the requested error rate.
+        capacity = max(1, int(-total / hashes * math.log(1 - error_rate ** (1 / hashes))))
+        return cls(capacity, error_rate, total // blocks, hashes, blocks)
+
+    @property
+    def total_bits(self) -> int:
+        return self.block_bits * self.blocks
+
+    @property
+    def memory_bytes(self) -> int:
+        return math.ceil(self.block_bits / 8) * self.blocks
+
+    def designed_rate(self, items: float | None = None) -> float:
+        return false_positive_rate(
+            self.total_bits, self.hashes, self.capacity if items is None else items
+        )
+
+    def as_meta(self) -> dict[str, str]:
+        return {k: str(v) for k, v in asdict(self).items()}
+
+    def block_of(self, fingerprint: str) -> int:
+        if self.blocks == 1:
+            return 0
+        return int(fingerprint[24:32], 16) % self.blocks
+
+    def positions(self, fingerprint: str) -> tuple[int, list[int]]:
+        """Reference implementation: (block, k bit offsets) of a hex fingerprint."""
+        check_fingerprint(fingerprint)
+        m = self.block_bits
+        pos = int(fingerprint[0:12], 16) % m
+        step = int(fingerprint[12:24], 16) % m
+        out = []
+        for _ in range(self.hashes):
+            out.append(pos)
+            pos = (pos + step) % m
+        return self.block_of(fingerprint), out
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def check_fingerprint(fingerprint: str) -> None:
+    if (
+        not isinstance(fingerprint, str)
+        or len(fingerprint) < MIN_FINGERPRINT_HEX
+        or not _HEX.issuperset(fingerprint)
+    ):
+        raise InvalidFingerprintError(
+            f"fingerprint {fingerprint!r} is not a hex digest of at least 16 bytes "
+            f"({MIN_FINGERPRINT_HEX} hex characters); the Bloom backends hash the digest itself. "
+            "Use DEDUP_FINGERPRINTER='scrapy-redis' or 'scrapy', or a REQUEST_FINGERPRINTER_CLASS "
+            "that returns a cryptographic digest"
+        )

@@ -1,0 +1,124 @@
+"""Typed, validated reading of ``DEDUP_*`` settings.
+
+Components read settings here and hand plain values to constructors; the
+constructors validate again (with the same functions), so a backend built by
+hand gets the same clear errors as one built from a crawler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from . import defaults
+from .exceptions import DedupConfigError
+
+_MISSING = object()
+
+
+def _raw(settings: BaseSettings | dict[str, Any], name: str) -> Any:
+    value = settings.get(name)
+    return _MISSING if value is None else value
+
+
+def default(name: str) -> Any:
+    return getattr(defaults, name)
+
+
+def get_str(settings: BaseSettings | dict[str, Any], name: str) -> str:
+    value = _raw(settings, name)
+    if value is _MISSING:
+        return default(name)
+    if not isinstance(value, str):
+        raise DedupConfigError(f"{name} must be a string, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, allowed: str = "") -> int:
+    """Return ``value`` as an int or raise a DedupConfigError naming ``name``."""
+    if isinstance(value, bool):
+        ok = False
+    elif isinstance(value, int):
+        ok = True
+    elif isinstance(value, float) and value.is_integer():
+        value, ok = int(value), True
+    elif isinstance(value, str):
+        try:
+            value, ok = int(value.strip().replace("_", "")), True
+        except ValueError:
+            ok = False
+    else:
+        ok = False
+    if not ok or (minimum is not None and value < minimum):
+        what = allowed or (
+            f"a whole number >= {minimum}" if minimum is not None else "a whole number"
+        )
+        raise DedupConfigError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_float(
+    name: str, value: Any, *, low: float, high: float, low_open: bool, high_open: bool, allowed: str
+) -> float:
+    """Return ``value`` as a float in the interval or raise a DedupConfigError."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise DedupConfigError(f"{name} must be {allowed}, got {value!r}") from None
+    if math.isnan(number) or math.isinf(number):
+        raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
+    if (number < low or (low_open and number == low)) or (
+        number > high or (high_open and number == high)
+    ):
+        raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
+    return number
+
+
+def get_int(settings: BaseSettings | dict[str, Any], name: str, *, minimum: int) -> int:
+    value = _raw(settings, name)
+    if value is _MISSING:
+        value = default(name)
+    return check_int(name, value, minimum=minimum)
+
+
+def check_capacity(name: str, value: Any) -> int:
+    return check_int(name, value, minimum=1, allowed="a whole number of fingerprints >= 1")
+
+
+def check_error_rate(name: str, value: Any) -> float:
+    return check_float(
+        name,
+        value,
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+        allowed="a false-positive rate strictly between 0 and 1 (e.g. 0.001)",
+    )
+
+
+def check_expire(name: str, value: Any) -> float:
+    return check_float(
+        name,
+        value,
+        low=0.0,
+        high=100 * 365 * 86400.0,
+        low_open=True,
+        high_open=False,
+        allowed="a number of seconds > 0 (e.g. 604800 for 7 days)",
+    )
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise DedupConfigError(f"{name} must be one of {listed}, got {value!r}")
+    return value
+
+
+def has(settings: BaseSettings | dict[str, Any], name: str) -> bool:
+    return _raw(settings, name) is not _MISSING

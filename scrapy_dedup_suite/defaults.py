@@ -1,0 +1,64 @@
+"""Every ``DEDUP_*`` setting with its default value, in one place.
+
+Settings are read from the Scrapy project (``settings.py``, ``-s NAME=VALUE`` or
+``custom_settings``); a setting the project does not define takes the value
+below. README.md documents each one with the same defaults.
+"""
+
+from __future__ import annotations
+
+#: Which storage records fingerprints: ``"set"``, ``"hash"``, ``"bloom"``,
+#: ``"windowed-bloom"``, or the dotted path of a :class:`DedupBackend` subclass.
+#: ``"set"`` keeps scrapy-redis's own set, so switching the dupefilter class
+#: alone changes nothing in Redis.
+DEDUP_BACKEND = "set"
+
+#: How a request becomes a fingerprint. ``"scrapy-redis"``: exactly
+#: scrapy-redis's ``RFPDupeFilter.request_fingerprint`` (40 hex characters), so
+#: fingerprint sets written by scrapy-redis are recognised as they are.
+#: ``"scrapy"``: ``crawler.request_fingerprinter`` (honours
+#: ``REQUEST_FINGERPRINTER_CLASS``), stored as hex.
+DEDUP_FINGERPRINTER = "scrapy-redis"
+
+#: Redis key templates used when ``SCHEDULER_DUPEFILTER_KEY`` is not set.
+#: ``%(spider)s`` is the spider name. The set backend uses scrapy-redis's own key.
+DEDUP_DEFAULT_KEYS = {
+    "set": "%(spider)s:dupefilter",
+    "hash": "%(spider)s:dedup-hash",
+    "bloom": "%(spider)s:bloomfilter",
+    "windowed-bloom": "%(spider)s:windowed-bloom",
+}
+#: Key template for custom backends (dotted paths) when none is configured.
+DEDUP_DEFAULT_KEY = "%(spider)s:dedup"
+
+#: hash backend: seconds a fingerprint stays "seen" after it is recorded.
+#: A request can override it with ``request.meta["dedup_expire"]``.
+DEDUP_EXPIRE = 7 * 24 * 3600
+
+#: hash backend: number of Redis hashes the fingerprints are spread over
+#: (fixed when the filter is created; more shards spread a Redis Cluster and
+#: keep each janitor scan short).
+DEDUP_HASH_SHARDS = 16
+
+#: bloom / windowed-bloom: number of fingerprints the filter (for
+#: windowed-bloom: each bucket) is sized for, and the false-positive rate it
+#: has at that many. m = ceil(-n ln p / (ln 2)^2) bits, k = round(m/n ln 2).
+DEDUP_BLOOM_CAPACITY = 10_000_000
+DEDUP_BLOOM_ERROR_RATE = 0.001
+
+#: bloom / windowed-bloom: number of blocks (separate Redis keys) the bits are
+#: split into. 0 picks the fewest blocks that keep each under 512 MB (one
+#: Redis string). Raise it to spread a filter over the masters of a cluster.
+DEDUP_BLOOM_BLOCKS = 0
+
+#: windowed-bloom: length of one bucket (``"hour"``, ``"day"``, ``"month"`` or
+#: a number of seconds), how many buckets are live, and the time zone whose
+#: calendar sets hour/day/month boundaries.
+DEDUP_WINDOW = "day"
+DEDUP_WINDOW_COUNT = 7
+DEDUP_WINDOW_TZ = "UTC"
+
+#: What happens to the request being checked when Redis cannot be reached:
+#: ``"allow"`` lets it through (it is crawled, ``dedup/errors`` counts it; no
+#: request is lost), ``"raise"`` raises :class:`DedupBackendError`.
+DEDUP_ON_ERROR = "allow"

@@ -1,0 +1,46 @@
+"""Exception types. Every error this package raises derives from :class:`DedupError`."""
+
+from __future__ import annotations
+
+
+class DedupError(Exception):
+    """Base class of every error raised by scrapy_dedup_suite."""
+
+
+class DedupConfigError(DedupError, ValueError):
+    """A setting (or a constructor argument) has a value that cannot work.
+
+    The message names the setting, the value found and the values allowed.
+    """
+
+
+class WrongKeyTypeError(DedupError):
+    """A Redis key the backend owns holds another type (e.g. a set where a
+    bitmap is expected). The key is left untouched."""
+
+    def __init__(self, key: str, found: str, expected: str, hint: str = "") -> None:
+        self.key = key
+        self.found = found
+        self.expected = expected
+        msg = (
+            f"Redis key {key!r} holds a {found}, but this backend stores a {expected} there. "
+            "Nothing was changed."
+        )
+        if hint:
+            msg += " " + hint
+        super().__init__(msg)
+
+
+class FilterMismatchError(DedupError):
+    """The parameters stored beside a filter differ from the ones configured.
+
+    Opening the filter anyway would set and test the wrong bits, so it is refused.
+    """
+
+
+class DedupBackendError(DedupError):
+    """Redis failed while checking a request (and ``DEDUP_ON_ERROR = "raise"``)."""
+
+
+class InvalidFingerprintError(DedupError, ValueError):
+    """A fingerprint is not what the backend hashes (hex digest of >= 16 bytes)."""

@@ -1,0 +1,76 @@
+"""The Lua scripts shipped in ``scrapy_dedup_suite/lua/``, loaded once per server.
+
+A :class:`LuaScript` is called with EVALSHA; when the server answers NOSCRIPT
+(after ``SCRIPT FLUSH``, a restart or a failover) it loads the source and tries
+once more. This is what redis-py's ``Script`` does, without its per-call
+overhead, which matters on the one-round-trip hot path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+#: Fragments prepended to scripts that hash fingerprints to bit offsets.
+_SHARED = ("positions",)
+
+
+@cache
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+class LuaScript:
+    def __init__(self, name: str, *, shared: Sequence[str] = ()) -> None:
+        self.name = name
+        self.source = "\n".join([*(_read(part) for part in shared), _read(name)])
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+
+    def load(self, client: Any) -> None:
+        client.script_load(self.source)
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.load(client)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def __repr__(self) -> str:
+        return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+BLOOM_ADD = LuaScript("bloom_add", shared=_SHARED)
+BLOOM_CONTAINS = LuaScript("bloom_contains", shared=_SHARED)
+WINDOWED_ADD = LuaScript("windowed_add", shared=_SHARED)
+HASH_ADD = LuaScript("hash_add")
+HASH_CONTAINS = LuaScript("hash_contains")
+META_INIT = LuaScript("meta_init")
+BITMAP_ALLOC = LuaScript("bitmap_alloc")
+DELETE_IF_TYPE = LuaScript("delete_if_type")
+
+
+def run_many(
+    client: Any, script: LuaScript, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+) -> list[Any]:
+    """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline.
+
+    Every script called this way is idempotent, so when the server does not
+    know it (NOSCRIPT) it is loaded and the whole batch is run again.
+    """
+    for attempt in (1, 2):
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return pipe.execute()
+        except NoScriptError:
+            if attempt == 2:
+                raise
+            script.load(client)
+    raise AssertionError("unreachable")

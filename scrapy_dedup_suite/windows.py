@@ -1,0 +1,134 @@
+"""Time buckets of the windowed Bloom filter.
+
+A window is ``count`` consecutive buckets of one length: ``"hour"``, ``"day"``,
+``"month"`` (calendar units in a time zone) or a number of seconds (aligned on
+the Unix epoch). Bucket j = 0 is the current one, j = -1 the one before, and so
+on. A bucket is live while it is one of the ``count`` newest, and its Redis key
+expires at the start of bucket j + count, the moment it leaves the window.
+
+So a fingerprint recorded at time t is filtered until at least
+t + (count - 1) x window and forgotten by t + count x window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone, tzinfo
+
+from .config import check_int
+from .exceptions import DedupConfigError
+
+UNITS = ("hour", "day", "month")
+
+
+def _zone(name: str) -> tzinfo:
+    if name.upper() in ("UTC", "Z", "ETC/UTC"):
+        return timezone.utc
+    try:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    except ImportError:  # pragma: no cover - Python < 3.9
+        raise DedupConfigError("DEDUP_WINDOW_TZ other than UTC needs Python >= 3.9") from None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise DedupConfigError(
+            f"DEDUP_WINDOW_TZ must be an IANA time zone name such as 'UTC' or 'Europe/Paris', "
+            f"got {name!r} (install the tzdata package if this system has no zone database)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    label: str
+    start: float  # Unix seconds
+    end: float  # start of the next bucket
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    unit: str  # "hour", "day", "month" or "seconds"
+    seconds: int  # bucket length for unit "seconds", else 0
+    count: int
+    tz: str
+
+    @classmethod
+    def parse(cls, window: object, count: object, tz: object = "UTC") -> WindowSpec:
+        count = check_int(
+            "DEDUP_WINDOW_COUNT", count, minimum=1, allowed="a whole number of buckets >= 1"
+        )
+        if not isinstance(tz, str) or not tz:
+            raise DedupConfigError(f"DEDUP_WINDOW_TZ must be a time zone name, got {tz!r}")
+        _zone(tz)
+        allowed = "'hour', 'day', 'month' or a whole number of seconds >= 1"
+        if isinstance(window, str) and window.strip().lower() in UNITS:
+            return cls(window.strip().lower(), 0, count, tz)
+        try:
+            seconds = check_int("DEDUP_WINDOW", window, minimum=1, allowed=allowed)
+        except DedupConfigError:
+            raise DedupConfigError(f"DEDUP_WINDOW must be {allowed}, got {window!r}") from None
+        return cls("seconds", seconds, count, tz)
+
+    @property
+    def name(self) -> str:
+        return self.unit if self.unit != "seconds" else f"{self.seconds}s"
+
+    @property
+    def zone(self) -> tzinfo:
+        return _zone(self.tz)
+
+    def as_meta(self) -> dict[str, str]:
+        return {"window": self.name, "window_count": str(self.count), "window_tz": self.tz}
+
+    def nominal_seconds(self) -> int:
+        return {"hour": 3600, "day": 86400, "month": 31 * 86400}.get(self.unit, self.seconds)
+
+    # -- bucket arithmetic --------------------------------------------------------------
+
+    def bucket(self, now: float, j: int = 0) -> Bucket:
+        """Bucket j relative to the one holding ``now`` (0 = current)."""
+        return Bucket(self._label(now, j), self._start(now, j), self._start(now, j + 1))
+
+    def live(self, now: float) -> list[Bucket]:
+        """The ``count`` live buckets at ``now``, the current one first."""
+        return [self.bucket(now, -j) for j in range(self.count)]
+
+    def expire_at(self, now: float) -> float:
+        """When the current bucket leaves the window (its key's expiry)."""
+        return self._start(now, self.count)
+
+    def _local_floor(self, now: float) -> datetime:
+        local = datetime.fromtimestamp(now, self.zone)
+        if self.unit == "hour":
+            return local.replace(minute=0, second=0, microsecond=0)
+        if self.unit == "day":
+            return local.replace(hour=0, minute=0, second=0, microsecond=0)
+        return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+    def _start(self, now: float, j: int) -> float:
+        if self.unit == "seconds":
+            return (math.floor(now / self.seconds) + j) * self.seconds
+        base = self._local_floor(now)
+        if self.unit == "hour":
+            # Hours are 3600 s everywhere, including across DST changes.
+            return base.timestamp() + 3600 * j
+        if self.unit == "day":
+            day = base.date() + timedelta(days=j)
+            return _midnight(day, self.zone)
+        months = base.year * 12 + (base.month - 1) + j
+        return _midnight(date(months // 12, months % 12 + 1, 1), self.zone)
+
+    def _label(self, now: float, j: int) -> str:
+        start = self._start(now, j)
+        if self.unit == "seconds":
+            return str(int(start))
+        if self.unit == "hour":
+            # Labelled in UTC: unique even where a local hour repeats (DST end).
+            utc = datetime.fromtimestamp(start, timezone.utc)
+            return utc.strftime("%Y%m%d%H") + (utc.strftime("%M") if utc.minute else "")
+        local = datetime.fromtimestamp(start, self.zone)
+        return local.strftime("%Y%m%d" if self.unit == "day" else "%Y%m")
+
+
+def _midnight(day: date, zone: tzinfo) -> float:
+    return datetime(day.year, day.month, day.day, tzinfo=zone).timestamp()

