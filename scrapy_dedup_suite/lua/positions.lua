@@ -1,19 +1,20 @@
 -- Bit offsets of one fingerprint, scheme dh48-v1 (see scrapy_dedup_suite/bloom_math.py):
 --   h1 = fp[0:12], h2 = fp[12:24] read as 48-bit hex numbers,
 --   p_0 = h1 mod m, p_i = (p_(i-1) + h2 mod m) mod m, for k offsets.
--- All values stay below 2^53, so double arithmetic is exact.
+-- Every value stays below 2^53, where Lua's '%' on doubles is exact.
+-- (Hot path: locals and operators, not math.* calls, which cost as much as a GETBIT.)
+local tonumber, strsub, strfind, rcall = tonumber, string.sub, string.find, redis.call
+
 local function dedup_positions(fp, m, k)
-  local h1 = tonumber(string.sub(fp, 1, 12), 16)
-  local h2 = tonumber(string.sub(fp, 13, 24), 16)
-  if not h1 or not h2 or string.len(fp) < 32 then
+  if #fp < 32 or not strfind(fp, '^%x+$') then
     return nil
   end
-  local pos = math.fmod(h1, m)
-  local step = math.fmod(h2, m)
+  local pos = tonumber(strsub(fp, 1, 12), 16) % m
+  local step = tonumber(strsub(fp, 13, 24), 16) % m
   local out = {}
   for i = 1, k do
     out[i] = pos
-    pos = math.fmod(pos + step, m)
+    pos = (pos + step) % m
   end
   return out
 end
@@ -22,12 +23,37 @@ local function dedup_bad_fingerprint(fp)
   return redis.error_reply('ERR dedup: fingerprint is not a hex digest of at least 16 bytes: ' .. tostring(fp))
 end
 
+-- Index of the first offset whose bit is 0 in key, or 0 when all k are set.
+local function dedup_first_missing(key, positions)
+  for i = 1, #positions do
+    if rcall('GETBIT', key, positions[i]) == 0 then
+      return i
+    end
+  end
+  return 0
+end
+
+-- Index of the first bitmap in keys holding every offset, else 0.
+local function dedup_find(keys, positions)
+  for b = 1, #keys do
+    if dedup_first_missing(keys[b], positions) == 0 then
+      return b
+    end
+  end
+  return 0
+end
+
 -- A bitmap is created at its full size (SETBIT on the last offset of a missing
 -- key allocates exactly m/8 bytes), so Redis never grows it piecemeal.
 local function dedup_ensure_bitmap(key, m)
-  if redis.call('EXISTS', key) == 0 then
-    redis.call('SETBIT', key, m - 1, 0)
-    return true
+  if rcall('EXISTS', key) == 0 then
+    rcall('SETBIT', key, m - 1, 0)
   end
-  return false
+end
+
+-- Set the offsets from index first on (the ones before it are known to be set).
+local function dedup_set_from(key, positions, first)
+  for i = first, #positions do
+    rcall('SETBIT', key, positions[i], 1)
+  end
 end
