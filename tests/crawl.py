@@ -1,0 +1,65 @@
+"""Run one real Scrapy crawl of the test site and write its stats as JSON.
+
+    python -m tests.crawl '{"start_url": ..., "settings": {...}, "out": "stats.json"}'
+
+Run in a subprocess by the tests: a Twisted reactor cannot be restarted, and
+each crawl must start from a fresh process as a user's would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import scrapy
+from scrapy.crawler import CrawlerProcess
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+
+    def __init__(self, start_url: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.start_url = start_url
+
+    async def start(self):
+        yield scrapy.Request(self.start_url)
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, self.parse)
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    settings = {
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False,
+        "CONCURRENT_REQUESTS": 8,
+        "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        **args["settings"],
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        process = CrawlerProcess(settings)
+        crawler = process.create_crawler(SiteSpider)
+        process.crawl(crawler, start_url=args["start_url"])
+        process.start()
+    deprecations = [
+        f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"
+        for w in caught
+        if issubclass(w.category, DeprecationWarning)
+        and ("scrapy" in w.filename or "scrapy_dedup_suite" in str(w.message))
+    ]
+    stats = {
+        k: (v if isinstance(v, (int, float, str)) else str(v))
+        for k, v in crawler.stats.get_stats().items()
+    }
+    with open(args["out"], "w") as f:
+        json.dump({"stats": stats, "deprecations": deprecations}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""The dupefilter: construction from settings, fingerprints, stats, errors."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis
+import scrapy
+from scrapy import Request
+from scrapy.utils.test import get_crawler
+from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
+
+from scrapy_dedup_suite.backends import BACKENDS, DedupBackend, SetBackend
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+from scrapy_dedup_suite.exceptions import (
+    DedupBackendError,
+    DedupConfigError,
+    WrongKeyTypeError,
+)
+from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+
+from .servers import free_port
+
+
+class MySpider(scrapy.Spider):
+    name = "myspider"
+
+
+class RecordingBackend(SetBackend):
+    """A custom backend loaded by dotted path."""
+
+    name = "recording"
+
+
+def make(redis_server, spider_from: str = "crawler", **settings) -> RFPDupeFilter:
+    crawler = get_crawler(MySpider, {"REDIS_URL": redis_server.url, **settings})
+    if spider_from == "spider":
+        spider = MySpider.from_crawler(crawler)
+        return RFPDupeFilter.from_spider(spider)
+    df = RFPDupeFilter.from_crawler(crawler)
+    df.open()
+    return df
+
+
+def requests(n: int) -> list[Request]:
+    return [Request(f"http://example.test/item?id={i}&b=2&a=1") for i in range(n)]
+
+
+VARIED = [
+    Request("http://example.test/"),
+    Request("http://example.test/?b=2&a=1"),
+    Request("http://example.test/?a=1&b=2#frag"),
+    Request("HTTP://Example.TEST/p%61th?q=%E2%82%AC"),
+    Request("http://example.test/post", method="POST", body=b"x=1&y=\xff"),
+    Request("http://example.test/post", method="post", body="x=1"),
+    Request("http://example.test/", headers={"Accept": "text/html"}),
+    Request("http://example.test/ünïcode/päth?q=ü"),
+]
+
+
+@pytest.mark.parametrize("request_", VARIED, ids=range(len(VARIED)))
+def test_default_fingerprint_is_scrapy_redis_exactly(request_):
+    expected = ScrapyRedisDupeFilter(None, "k").request_fingerprint(request_)
+    assert scrapy_redis_fingerprint(request_) == expected
+    assert len(expected) == 40
+
+
+def test_scrapy_fingerprinter_option(redis_server, server):
+    df = make(redis_server, DEDUP_FINGERPRINTER="scrapy")
+    crawler_fp = df.fingerprint(VARIED[6])
+    assert crawler_fp == get_crawler(MySpider).request_fingerprinter.fingerprint(VARIED[6]).hex()
+    # Scrapy's fingerprinter ignores headers by default too, but differs from scrapy-redis's.
+    assert crawler_fp != scrapy_redis_fingerprint(VARIED[6])
+    with pytest.raises(DedupConfigError, match="DEDUP_FINGERPRINTER must be one of"):
+        make(redis_server, DEDUP_FINGERPRINTER="md5")
+
+
+@pytest.mark.parametrize("spider_from", ["crawler", "spider"])
+def test_set_backend_shares_scrapy_redis_data_both_ways(redis_server, server, spider_from):
+    theirs = ScrapyRedisDupeFilter(server, "myspider:dupefilter")
+    reqs = requests(20)
+    for r in reqs[:10]:
+        assert theirs.request_seen(r) is False
+    ours = make(redis_server, spider_from, DEDUP_BACKEND="set")
+    assert ours.key == "myspider:dupefilter"
+    assert [ours.request_seen(r) for r in reqs] == [True] * 10 + [False] * 10
+    assert [theirs.request_seen(r) for r in reqs] == [True] * 20
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_default_keys_and_scheduler_key_setting(redis_server, server, backend):
+    df = make(redis_server, DEDUP_BACKEND=backend)
+    expected = {
+        "set": "myspider:dupefilter",
+        "hash": "myspider:dedup-hash",
+        "bloom": "myspider:bloomfilter",
+        "windowed-bloom": "myspider:windowed-bloom",
+    }[backend]
+    assert df.key == expected
+    df = make(redis_server, DEDUP_BACKEND=backend, SCHEDULER_DUPEFILTER_KEY="dd:%(spider)s")
+    assert df.key == "dd:myspider"
+
+
+@pytest.mark.parametrize("spider_from", ["crawler", "spider"])
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_stats(redis_server, server, backend, spider_from):
+    df = make(redis_server, spider_from, DEDUP_BACKEND=backend, DEDUP_BLOOM_CAPACITY=10_000)
+    reqs = requests(5)
+    for r in reqs + reqs[:3]:
+        df.request_seen(r)
+    stats = df.stats.get_stats()
+    assert stats["dedup/backend"] == backend
+    assert stats["dedup/added"] == 5
+    assert stats["dedup/filtered"] == 3
+    if backend in ("bloom", "windowed-bloom"):
+        assert stats["bloomfilter/filtered"] == 3
+    else:
+        assert "bloomfilter/filtered" not in stats
+
+
+def test_close_never_deletes(redis_server, server):
+    df = make(redis_server, DEDUP_BACKEND="bloom", DEDUP_BLOOM_CAPACITY=1000)
+    df.request_seen(requests(1)[0])
+    keys = sorted(server.keys("*"))
+    df.close("finished")
+    assert sorted(server.keys("*")) == keys
+    df.clear()
+    assert server.keys("*") == []
+
+
+def test_request_meta_dedup_expire(redis_server, server):
+    df = make(redis_server, DEDUP_BACKEND="hash", DEDUP_EXPIRE=3600)
+    short = Request("http://example.test/short", meta={"dedup_expire": 0.3})
+    assert df.request_seen(short) is False
+    assert df.request_seen(short) is True
+    import time
+
+    time.sleep(0.4)
+    assert df.request_seen(short) is False
+    bad = Request("http://example.test/bad", meta={"dedup_expire": "tomorrow"})
+    with pytest.raises(DedupConfigError, match="dedup_expire"):
+        df.request_seen(bad)
+
+
+def test_unknown_backend_lists_valid_names(redis_server):
+    with pytest.raises(DedupConfigError) as info:
+        make(redis_server, DEDUP_BACKEND="bloomy")
+    for name in BACKENDS:
+        assert repr(name) in str(info.value)
+    with pytest.raises(DedupConfigError, match=r"could not be imported.*'set'"):
+        make(redis_server, DEDUP_BACKEND="no.such.module.Backend")
+    with pytest.raises(DedupConfigError, match="not a subclass"):
+        make(redis_server, DEDUP_BACKEND="collections.OrderedDict")
+
+
+def test_custom_backend_by_dotted_path(redis_server, server):
+    df = make(redis_server, DEDUP_BACKEND="tests.test_dupefilter.RecordingBackend")
+    assert isinstance(df.backend, RecordingBackend)
+    assert isinstance(df.backend, DedupBackend)
+    assert df.key == "myspider:dedup"
+    r = requests(1)[0]
+    assert df.request_seen(r) is False and df.request_seen(r) is True
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_ERROR_RATE": 1.5}, "DEDUP_BLOOM_ERROR_RATE"),
+        ({"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_ERROR_RATE": "0"}, "DEDUP_BLOOM_ERROR_RATE"),
+        ({"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_CAPACITY": 0}, "DEDUP_BLOOM_CAPACITY"),
+        ({"DEDUP_BACKEND": "windowed-bloom", "DEDUP_WINDOW": "week"}, "DEDUP_WINDOW"),
+        ({"DEDUP_BACKEND": "windowed-bloom", "DEDUP_WINDOW_COUNT": 0}, "DEDUP_WINDOW_COUNT"),
+        ({"DEDUP_BACKEND": "hash", "DEDUP_EXPIRE": -3}, "DEDUP_EXPIRE"),
+        ({"DEDUP_BACKEND": "hash", "DEDUP_HASH_SHARDS": "many"}, "DEDUP_HASH_SHARDS"),
+        ({"DEDUP_ON_ERROR": "ignore"}, "DEDUP_ON_ERROR must be one of 'allow', 'raise'"),
+        ({"SCHEDULER_DUPEFILTER_KEY": "%(name)s:x"}, "SCHEDULER_DUPEFILTER_KEY"),
+        ({"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"),
+        (
+            {"DEDUP_BACKEND": "bloom", "BLOOMFILTER_BIT": 20, "DEDUP_BLOOM_CAPACITY": 10},
+            "BLOOMFILTER_BIT",
+        ),
+    ],
+)
+def test_bad_settings_fail_at_start(redis_server, settings, match):
+    crawler = get_crawler(MySpider, {"REDIS_URL": redis_server.url, **settings})
+    with pytest.raises(DedupConfigError, match=match):
+        RFPDupeFilter.from_crawler(crawler)
+
+
+def test_legacy_bloomfilter_settings_size_the_filter(redis_server, server):
+    df = make(redis_server, DEDUP_BACKEND="bloom", BLOOMFILTER_BIT=20, BLOOMFILTER_HASH_NUMBER=4)
+    assert df.backend.params.total_bits == 2**20
+    assert df.backend.params.hashes == 4
+
+
+def test_wrong_type_fails_at_start_under_scrapy_redis(redis_server, server):
+    server.sadd("myspider:bloomfilter:meta", "x")
+    with pytest.raises(WrongKeyTypeError, match="myspider:bloomfilter:meta"):
+        make(redis_server, "spider", DEDUP_BACKEND="bloom")
+    server.delete("myspider:bloomfilter:meta")
+    server.sadd("{myspider:bloomfilter:0}", "fp")
+    with pytest.raises(WrongKeyTypeError, match="migrate-set-to-bloom"):
+        make(redis_server, "spider", DEDUP_BACKEND="bloom")
+    assert server.smembers("{myspider:bloomfilter:0}") == {b"fp"}
+
+
+def test_wrong_type_during_crawl_names_the_key(redis_server, server):
+    df = make(redis_server, DEDUP_BACKEND="bloom", DEDUP_BLOOM_CAPACITY=1000)
+    server.delete("{myspider:bloomfilter:0}")
+    server.rpush("{myspider:bloomfilter:0}", "x")
+    with pytest.raises(WrongKeyTypeError, match=r"\{myspider:bloomfilter:0\}.*holds a list"):
+        df.request_seen(requests(1)[0])
+
+
+def unreachable(**settings) -> RFPDupeFilter:
+    crawler = get_crawler(
+        MySpider,
+        {
+            "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "REDIS_PARAMS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+            **settings,
+        },
+    )
+    return RFPDupeFilter.from_crawler(crawler)  # not opened: Redis is down
+
+
+def test_redis_down_lets_requests_through_by_default(caplog):
+    df = unreachable()
+    caplog.set_level(logging.WARNING)
+    assert df.request_seen(requests(1)[0]) is False
+    assert df.stats.get_value("dedup/errors") == 1
+    assert "letting it through" in caplog.text
+
+
+def test_redis_down_raises_when_asked():
+    df = unreachable(DEDUP_ON_ERROR="raise")
+    with pytest.raises(DedupBackendError, match="Redis failed") as info:
+        df.request_seen(requests(1)[0])
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    assert df.stats.get_value("dedup/errors") == 1
+
+
+def test_log_first_duplicate_then_only_with_debug(redis_server, server, caplog):
+    caplog.set_level(logging.DEBUG, logger="scrapy_dedup_suite.dupefilter")
+    spider = MySpider()
+    df = make(redis_server)
+    for r in requests(3):
+        df.log(r, spider)
+    assert caplog.text.count("Filtered duplicate request") == 1
+    assert "no more duplicates will be shown" in caplog.text
+    caplog.clear()
+    df = make(redis_server, DUPEFILTER_DEBUG=True)
+    for r in requests(3):
+        df.log(r, spider)
+    assert caplog.text.count("Filtered duplicate request") == 3
