@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from redis.exceptions import ResponseError
@@ -22,6 +23,16 @@ BATCH = 1000
 LAYOUT_VERSION = "1"
 
 
+def janitor_state_key(key: str) -> str:
+    """Where the janitor keeps its progress for the filter at ``key``."""
+    return f"{key}:janitor"
+
+
+def janitor_lock_key(key: str) -> str:
+    """The lock that lets one janitor pass run at a time on ``key``."""
+    return f"{key}:janitor:lock"
+
+
 def as_str(value: Any) -> str:
     """Redis replies are bytes unless the client decodes them."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -36,6 +47,15 @@ def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+@dataclass(frozen=True)
+class MetaSpec:
+    """A parameter record: its key, the fields to write, the fields that must match."""
+
+    key: str
+    fields: dict[str, str]
+    compare: tuple[str, ...]
 
 
 class DedupBackend(ABC):
@@ -80,8 +100,37 @@ class DedupBackend(ABC):
             self._open()
             self._opened = True
 
-    def _open(self) -> None:  # noqa: B027 - optional hook
-        """Backend-specific part of :meth:`open`."""
+    def meta_spec(self) -> MetaSpec | None:
+        """The parameter record this backend keeps beside its data, if any."""
+        return None
+
+    def _open(self) -> None:
+        """Check key types, then create the parameter record or check it."""
+        found = self.check_types(self.expected_types())
+        spec = self.meta_spec()
+        if spec is not None:
+            self.refuse_orphans(found, spec.key)
+            self.init_meta(spec)
+        self._prepare()
+
+    def _prepare(self) -> None:  # noqa: B027 - optional hook
+        """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
+
+    def verify(self) -> bool:
+        """Check key types and stored parameters like :meth:`open`, creating nothing.
+
+        Returns False when the backend has stored nothing yet.
+        """
+        found = self.check_types(self.expected_types())
+        spec = self.meta_spec()
+        if spec is None:
+            return any(kind != "none" for kind in found.values())
+        if found[spec.key] == "none":
+            self.refuse_orphans(found, spec.key)
+            return False
+        stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
+        self.compare_meta(spec, stored)
+        return True
 
     # -- the operations -------------------------------------------------------------
 
@@ -136,8 +185,12 @@ class DedupBackend(ABC):
         """Every Redis key this backend owns now, with the metadata record."""
 
     def expected_types(self) -> dict[str, str]:
-        """Map of owned key -> Redis type it must hold."""
+        """Map of owned data key (and parameter record) -> Redis type it must hold."""
         return dict.fromkeys(self.owned_keys(), "string")
+
+    def janitor_keys(self) -> dict[str, str]:
+        """The janitor's progress record and lock for this backend, with their types."""
+        return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
 
     def clear(self) -> int:
         """Delete every key the backend owns, and nothing else; return how many.
@@ -145,7 +198,7 @@ class DedupBackend(ABC):
         Types are checked first: if any owned key holds another type, nothing
         is deleted and :class:`WrongKeyTypeError` is raised.
         """
-        expected = self.expected_types()
+        expected = {**self.expected_types(), **self.janitor_keys()}
         self.check_types(expected)
         deleted = 0
         for key, kind in expected.items():
@@ -221,43 +274,46 @@ class DedupBackend(ABC):
             )
         return hint
 
-    def init_meta(self, meta_key: str, wanted: Mapping[str, str], compare: Sequence[str]) -> bool:
-        """Create the parameter record at ``meta_key`` or check it against ``wanted``.
-
-        Returns True when the record was created by this call.
-        """
+    def init_meta(self, spec: MetaSpec) -> bool:
+        """Create the parameter record or check it; True when this call created it."""
         args: list[str] = []
-        for field, value in wanted.items():
-            args += [field, value]
+        for name, value in spec.fields.items():
+            args += [name, value]
         try:
-            created, flat = scripts.META_INIT(self.server, [meta_key], args)
+            created, flat = scripts.META_INIT(self.server, [spec.key], args)
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
-                kind = self.server.type(meta_key)
+                kind = as_str(self.server.type(spec.key))
                 raise WrongKeyTypeError(
-                    meta_key, as_str(kind), "hash", self.wrong_type_hint(as_str(kind))
+                    spec.key, kind, "hash", self.wrong_type_hint(kind)
                 ) from None
             raise
-        stored = {as_str(flat[i]): as_str(flat[i + 1]) for i in range(0, len(flat), 2)}
+        self.compare_meta(
+            spec, {as_str(flat[i]): as_str(flat[i + 1]) for i in range(0, len(flat), 2)}
+        )
+        return bool(created)
+
+    def compare_meta(self, spec: MetaSpec, stored: Mapping[str, str]) -> None:
+        """Raise FilterMismatchError unless ``stored`` matches the compared fields."""
+        wanted = spec.fields
         if stored.get("backend") != wanted["backend"]:
             raise FilterMismatchError(
-                f"{meta_key!r} describes a {stored.get('backend', 'unknown')!r} filter, not "
+                f"{spec.key!r} describes a {stored.get('backend', 'unknown')!r} filter, not "
                 f"{wanted['backend']!r}. Set DEDUP_BACKEND={stored.get('backend')!r} to use it, or "
                 "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
             )
-        different = [f for f in compare if stored.get(f) != wanted.get(f)]
+        different = [f for f in spec.compare if stored.get(f) != wanted.get(f)]
         if different:
             diff = ", ".join(
                 f"{f}: stored {stored.get(f)!r}, configured {wanted.get(f)!r}" for f in different
             )
             raise FilterMismatchError(
-                f"The {wanted['backend']} filter at {self.key!r} was created with other parameters "
-                f"({diff}). Opening it with these settings would test the wrong bits. Use the "
-                f"settings it was created with (stored in {meta_key!r}), or point the dupefilter "
-                "at another key with SCHEDULER_DUPEFILTER_KEY; delete the old keys only if their "
-                "contents may be lost."
+                f"The {wanted['backend']} filter at {self.key!r} was created with other "
+                f"parameters ({diff}). Opening it with these settings would read and write the "
+                f"wrong places. Use the settings it was created with (stored in {spec.key!r}), or "
+                "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY; delete the "
+                "old keys only if their contents may be lost."
             )
-        return bool(created)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} key={self.key!r}>"

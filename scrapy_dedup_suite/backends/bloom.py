@@ -21,7 +21,7 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, check_fingerprint
 from ..exceptions import DedupConfigError
-from .base import LAYOUT_VERSION, DedupBackend
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec
 
 #: Bytes one BITCOUNT call counts when measuring fill (keeps each call short).
 _BITCOUNT_CHUNK = 1 << 20
@@ -110,17 +110,11 @@ class BloomBackend(DedupBackend):
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> BloomBackend:
         return cls(server, key, bloom_params_from_settings(settings))
 
-    def meta_fields(self) -> dict[str, str]:
-        return {
-            "backend": self.name,
-            "layout": LAYOUT_VERSION,
-            **self.params.as_meta(),
-            "created": str(int(time.time())),
-        }
+    def meta_spec(self) -> MetaSpec:
+        fields = {"backend": self.name, "layout": LAYOUT_VERSION, **self.params.as_meta()}
+        return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, COMPARED)
 
-    def _open(self) -> None:
-        self.refuse_orphans(self.check_types(self.expected_types()), self.meta_key)
-        self.init_meta(self.meta_key, self.meta_fields(), COMPARED)
+    def _prepare(self) -> None:
         for block in self.block_keys:
             scripts.BITMAP_ALLOC(self.server, [block], [self._m])
 

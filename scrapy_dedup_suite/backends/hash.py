@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from .base import LAYOUT_VERSION, DedupBackend
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec
 
 
 class HashBackend(DedupBackend):
@@ -64,9 +64,8 @@ class HashBackend(DedupBackend):
             return self.shard_keys[0]
         return self.shard_keys[zlib.crc32(fingerprint.encode("utf-8")) % self.shards]
 
-    def _open(self) -> None:
-        self.refuse_orphans(self.check_types(self.expected_types()), self.meta_key)
-        self.init_meta(
+    def meta_spec(self) -> MetaSpec:
+        return MetaSpec(
             self.meta_key,
             {
                 "backend": self.name,
@@ -74,7 +73,7 @@ class HashBackend(DedupBackend):
                 "shards": str(self.shards),
                 "created": str(int(time.time())),
             },
-            compare=("layout", "shards"),
+            ("layout", "shards"),
         )
 
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:

@@ -16,9 +16,6 @@ from .base import DedupBackend, chunks
 class SetBackend(DedupBackend):
     name = "set"
 
-    def _open(self) -> None:
-        self.check_types({self.key: "set"})
-
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         # SADD answers how many members were added: 0 when it was there.
         return self.server.execute_command("SADD", self.key, fingerprint) == 0
@@ -43,6 +40,10 @@ class SetBackend(DedupBackend):
 
     def expected_types(self) -> dict[str, str]:
         return {self.key: "set"}
+
+    def janitor_keys(self) -> dict[str, str]:
+        # The set is scrapy-redis's key alone; this backend owns nothing beside it.
+        return {}
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -29,7 +29,7 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, check_fingerprint
 from ..windows import Bucket, WindowSpec
-from .base import LAYOUT_VERSION, DedupBackend, as_str
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str
 from .bloom import COMPARED, bitmap_fill, block_prefix, bloom_params_from_settings, fill_report
 
 #: How often the offset between this host's clock and the server's is re-read.
@@ -119,24 +119,15 @@ class WindowedBloomBackend(DedupBackend):
 
     # -- the interface -------------------------------------------------------------------
 
-    def meta_fields(self) -> dict[str, str]:
-        return {
+    def meta_spec(self) -> MetaSpec:
+        fields = {
             "backend": self.name,
             "layout": LAYOUT_VERSION,
             **self.params.as_meta(),
             **self.window.as_meta(),
-            "created": str(int(time.time())),
         }
-
-    def _open(self) -> None:
-        live = [key for keys in self.live_keys() for key in keys]
-        found = self.check_types({**dict.fromkeys(live, "string"), self.meta_key: "hash"})
-        self.refuse_orphans(found, self.meta_key)
-        self.init_meta(
-            self.meta_key,
-            self.meta_fields(),
-            (*COMPARED, "window", "window_count", "window_tz"),
-        )
+        compare = (*COMPARED, "window", "window_count", "window_tz")
+        return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
 
     def _block(self, fingerprint: str) -> int:
         if self.params.blocks == 1:
