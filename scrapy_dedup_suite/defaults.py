@@ -62,3 +62,19 @@ DEDUP_WINDOW_TZ = "UTC"
 #: ``"allow"`` lets it through (it is crawled, ``dedup/errors`` counts it; no
 #: request is lost), ``"raise"`` raises :class:`DedupBackendError`.
 DEDUP_ON_ERROR = "allow"
+
+#: Janitor (``scrapy_dedup_suite.janitor``): seconds between two passes while a
+#: spider runs (``JanitorExtension``) and for ``scrapy dedup-janitor``; a cron
+#: expression (``"*/10 * * * *"``) in ``DEDUP_JANITOR_CRON`` replaces the
+#: interval for the command.
+DEDUP_JANITOR_INTERVAL = 300
+DEDUP_JANITOR_CRON = ""
+
+#: Janitor: hash fields read per HSCAN and checked per purge call. Each call
+#: then takes well under a few milliseconds of Redis time.
+DEDUP_JANITOR_BATCH = 500
+
+#: Janitor: lifetime of the lock that lets one janitor pass run at a time per
+#: dedup key, renewed while the pass runs; a crashed janitor's lock expires
+#: after this many seconds.
+DEDUP_JANITOR_LOCK_TIMEOUT = 60

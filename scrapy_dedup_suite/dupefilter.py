@@ -58,12 +58,18 @@ def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) 
         ) from None
 
 
-def build_backend(settings: BaseSettings, spider_name: str, server: Any = None) -> DedupBackend:
-    """The backend ``DEDUP_BACKEND`` names, built from settings, not yet opened."""
+def build_backend(
+    settings: BaseSettings, spider_name: str, server: Any = None, key: str | None = None
+) -> DedupBackend:
+    """The backend ``DEDUP_BACKEND`` names, built from settings, not yet opened.
+
+    ``key`` replaces the base key derived from ``SCHEDULER_DUPEFILTER_KEY``.
+    """
     cls = get_backend_class(settings.get("DEDUP_BACKEND", config.default("DEDUP_BACKEND")))
     if server is None:
         server = get_redis(settings)
-    key = dupefilter_key(settings, cls.name or settings.get("DEDUP_BACKEND"), spider_name)
+    if key is None:
+        key = dupefilter_key(settings, cls.name or settings.get("DEDUP_BACKEND"), spider_name)
     return cls.from_settings(server, key, settings)
 
 

@@ -53,6 +53,10 @@ HASH_CONTAINS = LuaScript("hash_contains")
 META_INIT = LuaScript("meta_init")
 BITMAP_ALLOC = LuaScript("bitmap_alloc")
 DELETE_IF_TYPE = LuaScript("delete_if_type")
+HASH_PURGE = LuaScript("hash_purge")
+LOCK_REFRESH = LuaScript("lock_refresh")
+LOCK_RELEASE = LuaScript("lock_release")
+EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 
 
 def run_many(

@@ -97,6 +97,20 @@ class WindowSpec:
         """When the current bucket leaves the window (its key's expiry)."""
         return self._start(now, self.count)
 
+    def label_start(self, label: str) -> float:
+        """Start of the bucket a key label names (the inverse of the labels above)."""
+        if self.unit == "seconds":
+            return float(int(label))
+        if self.unit == "hour":
+            fmt = "%Y%m%d%H%M" if len(label) == 12 else "%Y%m%d%H"
+            return datetime.strptime(label, fmt).replace(tzinfo=timezone.utc).timestamp()
+        fmt = "%Y%m%d" if self.unit == "day" else "%Y%m"
+        return datetime.strptime(label, fmt).replace(tzinfo=self.zone).timestamp()
+
+    def label_expiry(self, label: str) -> float:
+        """When the bucket named ``label`` leaves the window."""
+        return self._start(self.label_start(label), self.count)
+
     def _local_floor(self, now: float) -> datetime:
         local = datetime.fromtimestamp(now, self.zone)
         if self.unit == "hour":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import warnings
 
 import scrapy
@@ -58,7 +59,8 @@ def main() -> None:
         for k, v in crawler.stats.get_stats().items()
     }
     with open(args["out"], "w") as f:
-        json.dump({"stats": stats, "deprecations": deprecations}, f, indent=1)
+        threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        json.dump({"stats": stats, "deprecations": deprecations, "threads": threads}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""Scrapy commands of scrapy_dedup_suite (registered under ``scrapy.commands``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from scrapy.exceptions import UsageError
+from scrapy.settings import Settings
+from scrapy.spiderloader import get_spider_loader
+
+from ..backends import DedupBackend
+from ..dupefilter import build_backend
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(title="Which dupefilter")
+    group.add_argument(
+        "--spider",
+        metavar="NAME",
+        help="the spider whose dupefilter to use: its key comes from SCHEDULER_DUPEFILTER_KEY "
+        "(or the backend's default) and, inside a project, its custom_settings apply",
+    )
+    group.add_argument(
+        "--key",
+        metavar="KEY",
+        help="the dupefilter's base Redis key itself, instead of deriving it from --spider",
+    )
+
+
+def spider_settings(settings: Settings, spider: str | None) -> Settings:
+    """The project's settings with the spider's ``custom_settings`` applied, as in a crawl."""
+    if not spider or not settings.getlist("SPIDER_MODULES"):
+        return settings
+    loader = get_spider_loader(settings)
+    try:
+        spidercls = loader.load(spider)
+    except KeyError:
+        names = ", ".join(sorted(loader.list())) or "none"
+        raise UsageError(
+            f"Spider {spider!r} not found in this project (spiders: {names}); "
+            "give its name as the crawl uses it, or the key with --key"
+        ) from None
+    copy = settings.copy()
+    spidercls.update_settings(copy)
+    return copy
+
+
+def target_backend(settings: Settings, opts: argparse.Namespace) -> tuple[Settings, DedupBackend]:
+    if not opts.spider and not opts.key:
+        raise UsageError("Say which dupefilter: --spider NAME, or --key KEY")
+    settings = spider_settings(settings, opts.spider)
+    return settings, build_backend(settings, opts.spider or "", key=opts.key)
+
+
+def settings_value(settings: Settings, name: str, option: Any) -> Any:
+    """A command-line option when given, else the setting (else its default)."""
+    from .. import config
+
+    return option if option is not None else settings.get(name, config.default(name))

@@ -1,0 +1,450 @@
+"""The janitor: purges expired fingerprints from the hash backend, and reports on the others.
+
+One pass (:meth:`Janitor.run_pass`):
+
+- **hash**: walks every shard with ``HSCAN`` (``DEDUP_JANITOR_BATCH`` fields per
+  call) and deletes the fields whose expiry has passed by the Redis server's
+  clock, with a Lua compare-and-delete per batch, so a field a crawler refreshed
+  in the meantime is kept and no single call holds Redis for more than about a
+  millisecond. Progress (shard and cursor) is saved in ``<key>:janitor`` after
+  every batch: a pass killed at any point is finished by the next one.
+- **bloom / windowed-bloom**: fill ratio (BITCOUNT in short ranges), estimated
+  number of items and the false-positive rate that fill implies, with a warning
+  past the designed capacity. For windowed-bloom it also gives every bucket key
+  that lost its expiry (e.g. restored from a backup) its expiry back.
+
+Only one pass runs at a time per dedup key: a lock ``<key>:janitor:lock`` (a
+token with a lifetime, renewed while the pass runs) makes any other janitor skip
+its pass; a crashed janitor's lock expires after ``DEDUP_JANITOR_LOCK_TIMEOUT``.
+
+:class:`JanitorExtension` runs passes every ``DEDUP_JANITOR_INTERVAL`` seconds
+while a spider runs (APScheduler); ``scrapy dedup-janitor`` runs them as a
+service or once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from . import config, scripts
+from .backends import BloomBackend, DedupBackend, HashBackend, SetBackend, WindowedBloomBackend
+from .backends.base import as_str, janitor_lock_key, janitor_state_key
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.base import BaseScheduler
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Passes whose growth is compared before warning that the janitor falls behind.
+GROWTH_PASSES = 3
+
+
+@dataclass
+class JanitorReport:
+    """What one pass did and found."""
+
+    backend: str
+    key: str
+    skipped: bool = False  # another janitor held the lock
+    exists: bool = True  # False when the dupefilter has stored nothing yet
+    completed: bool = False  # the hash pass reached the end of every shard
+    resumed: bool = False  # it continued a pass that had been interrupted
+    scanned: int = 0
+    removed: int = 0
+    remaining: int = 0  # fields left in the hash after the pass
+    calls: int = 0  # Redis calls made by the purge
+    seconds: float = 0.0
+    slowest_call_ms: float = 0.0
+    restored_expiry: list[str] = field(default_factory=list)
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        head = f"{self.backend} dupefilter at {self.key!r}: "
+        if self.skipped:
+            return head + "skipped, another janitor is running a pass on this key"
+        if not self.exists:
+            return head + "nothing stored yet, nothing to do"
+        parts = []
+        if self.backend == "hash":
+            state = "finished" if self.completed else "interrupted"
+            parts.append(
+                f"removed {self.removed:,} expired of {self.scanned:,} scanned fields "
+                f"({self.remaining:,} remain), pass {state}"
+                + (" (resumed)" if self.resumed else "")
+            )
+            parts.append(f"{self.calls:,} calls, slowest {self.slowest_call_ms:.2f} ms")
+        for f in self.filters:
+            label = f" bucket {f['label']}" if "label" in f else ""
+            parts.append(
+                f"filter{label}: fill {f['fill_ratio']:.2%}, about {f['estimated_items']:,.0f} "
+                f"items, false-positive rate now {f['estimated_error_rate']:.3g}"
+            )
+        if self.restored_expiry:
+            parts.append(f"restored the expiry of {len(self.restored_expiry)} bucket(s)")
+        parts.append(f"{self.seconds:.2f} s")
+        return head + "; ".join(parts)
+
+
+class Janitor:
+    """Runs janitor passes for one backend. Thread-safe to :meth:`stop`."""
+
+    def __init__(
+        self,
+        backend: DedupBackend,
+        *,
+        batch: int = config.default("DEDUP_JANITOR_BATCH"),
+        lock_timeout: float = config.default("DEDUP_JANITOR_LOCK_TIMEOUT"),
+        on_scan: Callable[[str, list[str]], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.server = backend.server
+        self.batch = config.check_int(
+            "DEDUP_JANITOR_BATCH", batch, minimum=1, allowed="a whole number of fields >= 1"
+        )
+        self.lock_timeout = config.check_float(
+            "DEDUP_JANITOR_LOCK_TIMEOUT",
+            lock_timeout,
+            low=0.0,
+            high=86400.0,
+            low_open=True,
+            high_open=False,
+            allowed="a number of seconds > 0",
+        )
+        #: Called with (shard key, candidate fields) after each scan, before the purge.
+        self.on_scan = on_scan
+        self.state_key = janitor_state_key(backend.key)
+        self.lock_key = janitor_lock_key(backend.key)
+        self._stop = threading.Event()
+        self._token = ""
+
+    @classmethod
+    def from_settings(cls, backend: DedupBackend, settings: Any) -> Janitor:
+        return cls(
+            backend,
+            batch=settings.get("DEDUP_JANITOR_BATCH", config.default("DEDUP_JANITOR_BATCH")),
+            lock_timeout=settings.get(
+                "DEDUP_JANITOR_LOCK_TIMEOUT", config.default("DEDUP_JANITOR_LOCK_TIMEOUT")
+            ),
+        )
+
+    def stop(self) -> None:
+        """Ask a running pass to stop after its current batch (it resumes next time)."""
+        self._stop.set()
+
+    # -- the pass ----------------------------------------------------------------------
+
+    def run_pass(self) -> JanitorReport:
+        report = JanitorReport(self.backend.name, self.backend.key)
+        started = time.monotonic()
+        self._stop.clear()
+        if not self._acquire():
+            report.skipped = True
+            return report
+        try:
+            if not self.backend.verify():
+                report.exists = False
+                report.completed = True
+            elif isinstance(self.backend, HashBackend):
+                self._purge_hash(self.backend, report)
+            elif isinstance(self.backend, WindowedBloomBackend):
+                self._windowed(self.backend, report)
+            elif isinstance(self.backend, BloomBackend):
+                self._bloom(self.backend, report)
+            elif isinstance(self.backend, SetBackend):
+                report.remaining = int(self.server.scard(self.backend.key))
+        finally:
+            self._release()
+            report.seconds = time.monotonic() - started
+        for warning in report.warnings:
+            logger.warning("Janitor: %s", warning)
+        return report
+
+    # -- one pass at a time ---------------------------------------------------------------
+
+    def _acquire(self) -> bool:
+        self._token = secrets.token_hex(16)
+        ms = int(self.lock_timeout * 1000)
+        return bool(self.server.set(self.lock_key, self._token, nx=True, px=ms))
+
+    def _keep_lock(self) -> bool:
+        ms = int(self.lock_timeout * 1000)
+        return scripts.LOCK_REFRESH(self.server, [self.lock_key], [self._token, ms]) == 1
+
+    def _release(self) -> None:
+        scripts.LOCK_RELEASE(self.server, [self.lock_key], [self._token])
+
+    # -- hash -------------------------------------------------------------------------------
+
+    def _server_ms(self) -> int:
+        seconds, micros = self.server.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _purge_hash(self, backend: HashBackend, report: JanitorReport) -> None:
+        state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+        shard = int(state.get("shard", 0))
+        cursor = int(state.get("cursor", 0))
+        report.resumed = "shard" in state
+        if shard >= len(backend.shard_keys):  # the shard count cannot change; be safe
+            shard, cursor = 0, 0
+        invalid = 0
+        while shard < len(backend.shard_keys):
+            key = backend.shard_keys[shard]
+            while True:
+                if self._stop.is_set():
+                    report.warnings.append("pass stopped on request; the next one resumes it")
+                    return self._finish_hash(backend, report, done=False)
+                if not self._keep_lock():
+                    report.warnings.append(
+                        "lost the janitor lock (a pass took longer than "
+                        "DEDUP_JANITOR_LOCK_TIMEOUT); stopped, the next pass resumes"
+                    )
+                    return self._finish_hash(backend, report, done=False)
+                t0 = time.perf_counter()
+                cursor, fields = self.server.hscan(key, cursor, count=self.batch)
+                self._timed(report, t0)
+                now = self._server_ms()
+                candidates = []
+                for name, value in fields.items():
+                    try:
+                        expiry = int(value)
+                    except ValueError:
+                        invalid += 1
+                        continue
+                    if expiry <= now:
+                        candidates.append(as_str(name))
+                report.scanned += len(fields)
+                if self.on_scan is not None:
+                    self.on_scan(key, candidates)
+                for part in _parts(candidates, self.batch):
+                    t0 = time.perf_counter()
+                    report.removed += int(scripts.HASH_PURGE(self.server, [key], part))
+                    self._timed(report, t0)
+                cursor = int(cursor)
+                if cursor == 0:
+                    break
+                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": cursor})
+            shard += 1
+            cursor = 0
+            if shard < len(backend.shard_keys):
+                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": 0})
+        if invalid:
+            report.warnings.append(
+                f"{invalid} field(s) of {backend.key!r} hold no expiry timestamp; left untouched"
+            )
+        self._finish_hash(backend, report, done=True)
+
+    def _finish_hash(self, backend: HashBackend, report: JanitorReport, done: bool) -> None:
+        pipe = self.server.pipeline(transaction=False)
+        for key in backend.shard_keys:
+            pipe.hlen(key)
+        report.remaining = sum(int(n) for n in pipe.execute())
+        report.completed = done
+        if not done:
+            return
+        history = [
+            int(x)
+            for x in as_str(self.server.hget(self.state_key, "history") or "").split(",")
+            if x
+        ]
+        history = [*history, report.remaining][-(GROWTH_PASSES + 1) :]
+        self.server.hdel(self.state_key, "shard", "cursor")
+        self.server.hset(
+            self.state_key,
+            mapping={"history": ",".join(map(str, history)), "last_pass": int(time.time())},
+        )
+        growth = [b - a for a, b in zip(history, history[1:])]
+        if len(growth) == GROWTH_PASSES and all(g > 0 for g in growth):
+            report.warnings.append(
+                f"{backend.key!r} grew in each of the last {GROWTH_PASSES} passes "
+                f"({', '.join(f'+{g:,}' for g in growth)} fields) while this pass removed "
+                f"{report.removed:,}; if the crawl is not simply discovering new pages, "
+                "run the janitor more often (DEDUP_JANITOR_INTERVAL) or lower DEDUP_EXPIRE"
+            )
+
+    def _timed(self, report: JanitorReport, t0: float) -> None:
+        report.calls += 1
+        report.slowest_call_ms = max(report.slowest_call_ms, (time.perf_counter() - t0) * 1000)
+
+    # -- Bloom filters ----------------------------------------------------------------------
+
+    def _bloom(self, backend: BloomBackend, report: JanitorReport) -> None:
+        info = backend.info()
+        fill = {k: info[k] for k in ("fill_ratio", "estimated_items", "estimated_error_rate")}
+        report.filters.append({**fill, "capacity": info["capacity"]})
+        _capacity_warning(report, info, info["capacity"], info["error_rate"], "")
+
+    def _windowed(self, backend: WindowedBloomBackend, report: JanitorReport) -> None:
+        now = backend.now()
+        window = backend.window
+        for key in backend.bucket_keys_in_redis():
+            label = key.rsplit(":", 1)[1]
+            ttl_ms = max(1, int((window.label_expiry(label) - now) * 1000))
+            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
+                report.restored_expiry.append(key)
+        if report.restored_expiry:
+            report.warnings.append(
+                f"{len(report.restored_expiry)} bucket key(s) of {backend.key!r} had lost their "
+                "expiry; restored: " + ", ".join(report.restored_expiry)
+            )
+        info = backend.info()
+        for bucket in info["buckets"]:
+            if not bucket["exists"]:
+                continue
+            keep = ("label", "fill_ratio", "estimated_items", "estimated_error_rate", "ttl_ms")
+            report.filters.append({k: bucket[k] for k in keep})
+            _capacity_warning(
+                report, bucket, info["capacity_per_bucket"], info["error_rate"], bucket["label"]
+            )
+
+
+def _capacity_warning(
+    report: JanitorReport, fill: dict[str, Any], capacity: int, error_rate: float, label: str
+) -> None:
+    if fill["over_capacity"] or fill["estimated_error_rate"] > error_rate:
+        where = f" (bucket {label})" if label else ""
+        report.warnings.append(
+            f"the Bloom filter at {report.key!r}{where} holds about "
+            f"{fill['estimated_items']:,.0f} items, past its capacity of {capacity:,}: its "
+            f"false-positive rate is now about {fill['estimated_error_rate']:.3g} (designed "
+            f"{error_rate}); new requests are being filtered as duplicates. Size a new filter "
+            "with a larger DEDUP_BLOOM_CAPACITY"
+        )
+
+
+def _parts(items: Sequence[str], size: int) -> list[Sequence[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+# -- the Scrapy extension -----------------------------------------------------------------------
+
+
+def make_scheduler(blocking: bool) -> BaseScheduler:
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    cls = BlockingScheduler if blocking else BackgroundScheduler
+    return cls(
+        executors={"default": ThreadPoolExecutor(1)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        timezone=timezone.utc,
+    )
+
+
+class JanitorExtension:
+    """Runs a janitor pass every ``DEDUP_JANITOR_INTERVAL`` seconds while the spider runs.
+
+    Enable with ``EXTENSIONS = {"scrapy_dedup_suite.janitor.JanitorExtension": 500}``.
+    The first pass runs when the spider opens. Passes run in APScheduler's
+    background thread with their own Redis client, never on the reactor; on
+    close the running pass stops after its batch and the scheduler shuts down.
+    """
+
+    def __init__(self, crawler: Crawler, interval: float) -> None:
+        self.crawler = crawler
+        self.interval = interval
+        self.janitor: Janitor | None = None
+        self.scheduler: BaseScheduler | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
+        settings = crawler.settings
+        interval = config.check_float(
+            "DEDUP_JANITOR_INTERVAL",
+            settings.get("DEDUP_JANITOR_INTERVAL", config.default("DEDUP_JANITOR_INTERVAL")),
+            low=0.0,
+            high=10 * 365 * 86400.0,
+            low_open=False,
+            high_open=False,
+            allowed="a number of seconds >= 0 (0 disables the janitor extension)",
+        )
+        if interval == 0:
+            raise NotConfigured("DEDUP_JANITOR_INTERVAL is 0")
+        ext = cls(crawler, interval)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_opened(self, spider: Spider) -> None:
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        from .dupefilter import build_backend
+
+        settings = self.crawler.settings
+        backend = build_backend(settings, spider.name)
+        self.janitor = Janitor.from_settings(backend, settings)
+        self.scheduler = make_scheduler(blocking=False)
+        self.scheduler.add_job(
+            self.run_pass,
+            IntervalTrigger(seconds=self.interval),
+            id="dedup-janitor",
+            next_run_time=datetime.now(timezone.utc),
+        )
+        self.scheduler.start()
+        logger.info(
+            "Janitor: a pass every %s s on the %s dupefilter at %r",
+            self.interval,
+            backend.name,
+            backend.key,
+        )
+
+    def run_pass(self) -> JanitorReport | None:
+        assert self.janitor is not None
+        try:
+            report = self.janitor.run_pass()
+        except Exception:
+            logger.exception("Janitor pass failed; the next one will try again")
+            self._stats().inc_value("dedup/janitor/errors")
+            return None
+        record(report, self._stats())
+        logger.info("Janitor: %s", report.summary())
+        return report
+
+    def _stats(self) -> Any:
+        return self.crawler.stats
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self.janitor is not None:
+            self.janitor.stop()
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        self.scheduler = None
+
+
+def record(report: JanitorReport, stats: Any) -> None:
+    """Put a pass's figures in the crawl stats (``dedup/janitor/...``)."""
+    if report.skipped:
+        stats.inc_value("dedup/janitor/skipped")
+        return
+    stats.inc_value("dedup/janitor/passes")
+    stats.inc_value("dedup/janitor/scanned", report.scanned)
+    stats.inc_value("dedup/janitor/removed", report.removed)
+    stats.set_value("dedup/janitor/last_pass_seconds", round(report.seconds, 3))
+    stats.max_value("dedup/janitor/slowest_call_ms", round(report.slowest_call_ms, 3))
+    if report.backend == "hash":
+        stats.set_value("dedup/janitor/remaining", report.remaining)
+    if report.restored_expiry:
+        stats.inc_value("dedup/janitor/restored_expiry", len(report.restored_expiry))
+    if report.filters:
+        newest = report.filters[0]
+        stats.set_value("dedup/janitor/fill_ratio", round(newest["fill_ratio"], 6))
+        stats.set_value("dedup/janitor/estimated_items", round(newest["estimated_items"]))
+        stats.set_value("dedup/janitor/estimated_error_rate", newest["estimated_error_rate"])
+    if report.warnings:
+        stats.inc_value("dedup/janitor/warnings", len(report.warnings))

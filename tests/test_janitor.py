@@ -1,0 +1,264 @@
+"""The janitor: purge of expired hash fields, one pass at a time, resume, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
+from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.janitor import Janitor
+from scrapy_dedup_suite.windows import WindowSpec
+
+from .conftest import fingerprints
+from .test_crawl import crawl, settings_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def seeded_hash(server, key="t:h", expired=3000, live=2000, shards=4):
+    """A hash backend holding ``expired`` expired and ``live`` live fingerprints."""
+    backend = HashBackend(server, key, shards=shards)
+    backend.open()
+    old = fingerprints(expired, salt="old")
+    new = fingerprints(live, salt="new")
+    backend.add_many(old, expire=0.05)
+    backend.add_many(new, expire=3600)
+    time.sleep(0.1)
+    return backend, old, new
+
+
+def all_fields(server, backend) -> set[str]:
+    return {f.decode() for key in backend.shard_keys for f in server.hkeys(key)}
+
+
+def test_purges_exactly_the_expired_and_keeps_refreshed(server):
+    backend, old, new = seeded_hash(server)
+    refreshed: list[str] = []
+
+    def refresh_during_pass(shard_key, candidates):
+        # A crawler refreshes some expired fingerprints after the janitor read
+        # them and before it deletes them: they must survive.
+        for fp in candidates[:5]:
+            assert backend.check_and_add(fp) is False  # expired: new again, re-recorded
+            refreshed.append(fp)
+
+    report = Janitor(backend, batch=100, on_scan=refresh_during_pass).run_pass()
+    assert refreshed
+    assert report.completed and not report.skipped
+    assert report.removed == len(old) - len(refreshed)
+    assert report.scanned >= len(old) + len(new)
+    assert all_fields(server, backend) == set(new) | set(refreshed)
+    assert report.remaining == len(new) + len(refreshed)
+    assert all(backend.check_and_add(fp) for fp in new + refreshed)
+    # A second pass has nothing left to do.
+    assert Janitor(backend).run_pass().removed == 0
+
+
+def test_works_in_bounded_batches(server):
+    backend, _old, _new = seeded_hash(server, expired=2000, live=0, shards=1)
+    sizes: list[int] = []
+    report = Janitor(backend, batch=50, on_scan=lambda k, c: sizes.append(len(c))).run_pass()
+    assert report.removed == 2000
+    # HSCAN's COUNT is a hint (a call may return more); purges take at most 50
+    # fields each: at least 40 purge calls besides one HSCAN per batch scanned.
+    assert sum(sizes) == 2000
+    assert report.calls >= len(sizes) + 2000 // 50
+
+
+def test_two_janitors_at_once_do_one_pass(server):
+    backend, old, _new = seeded_hash(server)
+    other = Janitor(HashBackend(server, "t:h", shards=4))
+    inner = []
+
+    def start_the_other(shard_key, candidates):
+        if not inner:
+            inner.append(other.run_pass())
+
+    report = Janitor(backend, batch=200, on_scan=start_the_other).run_pass()
+    assert inner[0].skipped is True
+    assert inner[0].removed == 0
+    assert report.skipped is False and report.removed == len(old)
+    # The lock is released at the end: the next pass runs.
+    assert other.run_pass().skipped is False
+
+
+def test_stop_resumes_in_the_next_pass(server):
+    backend, old, new = seeded_hash(server, shards=2)
+    janitor = Janitor(backend, batch=100)
+    batches = []
+
+    def stop_after_three(shard_key, candidates):
+        batches.append(shard_key)
+        if len(batches) == 3:
+            janitor.stop()
+
+    janitor.on_scan = stop_after_three
+    first = janitor.run_pass()
+    assert not first.completed and 0 < first.removed < len(old)
+    janitor.on_scan = None
+    second = janitor.run_pass()
+    assert second.resumed and second.completed
+    assert first.removed + second.removed == len(old)
+    assert all_fields(server, backend) == set(new)
+
+
+def janitor_command(redis_server, *args, timeout=120):
+    cmd = [
+        sys.executable, "-m", "scrapy.cmdline", "dedup-janitor",
+        "-s", f"REDIS_URL={redis_server.url}", "-s", "DEDUP_BACKEND=hash",
+        "-s", "DEDUP_HASH_SHARDS=4", *args,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def test_killed_janitor_is_finished_by_the_next(redis_server, server):
+    backend, old, new = seeded_hash(server, key="killed:dedup-hash", expired=30000, live=1000)
+    proc = janitor_command(
+        redis_server, "--spider", "killed", "--once", "--batch", "5",
+        "-s", "DEDUP_JANITOR_LOCK_TIMEOUT=1.5",
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not server.hexists("killed:dedup-hash:janitor", "cursor"):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = len(all_fields(server, backend))
+    assert len(new) < left < len(old) + len(new)
+    # Its lock is still held: a janitor started now skips its pass...
+    again = Janitor(HashBackend(server, "killed:dedup-hash", shards=4))
+    assert again.run_pass().skipped
+    # ...and once the lock has expired, the next pass resumes and finishes.
+    time.sleep(1.6)
+    report = again.run_pass()
+    assert report.resumed and report.completed
+    assert all_fields(server, backend) == set(new)
+
+
+def test_command_once_prints_what_it_removed(redis_server, server):
+    seeded_hash(server, key="cmd:dedup-hash", expired=300, live=200)
+    proc = janitor_command(redis_server, "--spider", "cmd", "--once")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "removed 300 expired of 500 scanned fields (200 remain), pass finished" in out
+    proc = janitor_command(redis_server, "--key", "cmd:dedup-hash", "--once", "--json")
+    out, err = proc.communicate(timeout=60)
+    report = json.loads(out)
+    assert report["removed"] == 0 and report["remaining"] == 200 and report["completed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--once"], 2, "Say which dupefilter"),
+        (["--spider", "cmd", "--once", "-s", "DEDUP_HASH_SHARDS=8"], 1, "shards: stored '4'"),
+        (["--spider", "cmd", "--cron", "not a cron"], 2, "is not valid"),
+        (["--spider", "cmd", "--interval", "-1"], 1, "DEDUP_JANITOR_INTERVAL"),
+    ],
+)
+def test_command_errors(redis_server, server, args, code, message):
+    seeded_hash(server, key="cmd:dedup-hash", expired=1, live=1)
+    proc = janitor_command(redis_server, *args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert message in out + err
+
+
+def test_command_runs_as_a_service_until_terminated(redis_server, server):
+    backend, _old, new = seeded_hash(server, key="svc:dedup-hash", expired=100, live=10)
+    proc = janitor_command(redis_server, "--spider", "svc", "--interval", "0.3")
+    first = proc.stdout.readline()  # the first pass runs at start
+    assert "removed 100 expired" in first
+    backend.add_many(fingerprints(50, salt="later"), expire=0.05)
+    deadline = time.monotonic() + 30
+    while len(all_fields(server, backend)) != len(new):
+        assert proc.poll() is None
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "removed 50 expired" in out
+
+
+def test_growth_warning(server):
+    backend = HashBackend(server, "t:g", shards=1)
+    backend.open()
+    janitor = Janitor(backend)
+    warnings = []
+    for i in range(4):
+        backend.add_many(fingerprints(100, salt=f"g{i}"), expire=3600)
+        warnings = janitor.run_pass().warnings
+    assert any("grew in each of the last 3 passes" in w for w in warnings)
+
+
+def test_bloom_report_and_capacity_warning(server):
+    backend = BloomBackend(server, "t:b", BloomParams.from_capacity(1000, 0.01))
+    backend.open()
+    backend.add_many(fingerprints(500))
+    report = Janitor(backend).run_pass()
+    (fill,) = report.filters
+    assert 0.2 < fill["fill_ratio"] < 0.4
+    assert fill["estimated_items"] == pytest.approx(500, rel=0.1)
+    assert report.warnings == []
+    backend.add_many(fingerprints(2500, salt="more"))
+    report = Janitor(backend).run_pass()
+    assert any("past its capacity of 1,000" in w for w in report.warnings)
+    assert "fill" in report.summary()
+
+
+def test_windowed_expiry_restored(server):
+    window = WindowSpec.parse(3600, 3)
+    backend = WindowedBloomBackend(server, "t:w", BloomParams.from_capacity(1000, 0.01), window)
+    backend.open()
+    backend.add_many(fingerprints(10))
+    current = backend.live_keys()[0][0]
+    # A bucket restored from a backup without its expiry, and an old one.
+    server.persist(current)
+    old_label = window.bucket(backend.now(), -5).label
+    stale = f"{{t:w:0}}:{old_label}"
+    server.setbit(stale, 10, 1)
+    report = Janitor(backend).run_pass()
+    assert sorted(report.restored_expiry) == sorted([current, stale])
+    assert 0 < server.pttl(current) <= 3 * 3600 * 1000
+    # The old bucket's moment has passed: it was given 1 ms to live.
+    time.sleep(0.01)
+    assert not server.exists(stale)
+    assert report.filters[0]["label"] == current.rsplit(":", 1)[1]
+
+
+def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, server):
+    HashBackend(server, "site:dedup-hash", shards=4).open()
+    HashBackend(server, "site:dedup-hash", shards=4).add_many(fingerprints(700), expire=0.05)
+    time.sleep(0.1)
+    settings = settings_for(
+        redis_server,
+        "hash",
+        "scrapy",
+        EXTENSIONS={"scrapy_dedup_suite.janitor.JanitorExtension": 500},
+        DEDUP_JANITOR_INTERVAL=0.5,
+        DOWNLOAD_DELAY=0.005,
+    )
+    started = time.monotonic()
+    result = crawl(tmp_path, site, settings)
+    stats = result["stats"]
+    assert stats["dedup/janitor/passes"] >= 1
+    assert stats["dedup/janitor/removed"] == 700
+    assert stats["dedup/added"] == site.pages
+    assert "Janitor: a pass every 0.5 s" in result["log"]
+    # The crawl ended normally, and no janitor thread outlived it.
+    assert time.monotonic() - started < 60
+    print(result["threads"])
+    assert not [t for t in result["threads"] if "APScheduler" in t or "ThreadPoolExecutor" in t]
