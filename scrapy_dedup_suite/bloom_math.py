@@ -149,12 +149,17 @@ class BloomParams:
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
+def is_hex_fingerprint(fingerprint: object) -> bool:
+    """What the Lua scripts accept: only hex digits, at least 32 of them."""
+    return (
+        isinstance(fingerprint, str)
+        and len(fingerprint) >= MIN_FINGERPRINT_HEX
+        and _HEX.issuperset(fingerprint)
+    )
+
+
 def check_fingerprint(fingerprint: str) -> None:
-    if (
-        not isinstance(fingerprint, str)
-        or len(fingerprint) < MIN_FINGERPRINT_HEX
-        or not _HEX.issuperset(fingerprint)
-    ):
+    if not is_hex_fingerprint(fingerprint):
         raise InvalidFingerprintError(
             f"fingerprint {fingerprint!r} is not a hex digest of at least 16 bytes "
             f"({MIN_FINGERPRINT_HEX} hex characters); the Bloom backends hash the digest itself. "

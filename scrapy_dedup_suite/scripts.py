@@ -57,6 +57,7 @@ HASH_PURGE = LuaScript("hash_purge")
 LOCK_REFRESH = LuaScript("lock_refresh")
 LOCK_RELEASE = LuaScript("lock_release")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
+MERGE_OR = LuaScript("merge_or")
 
 
 def run_many(

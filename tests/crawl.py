@@ -20,12 +20,13 @@ from scrapy.crawler import CrawlerProcess
 class SiteSpider(scrapy.Spider):
     name = "site"
 
-    def __init__(self, start_url: str, **kwargs: object) -> None:
+    def __init__(self, start_url: str, start_dont_filter: bool = False, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.start_url = start_url
+        self.start_dont_filter = start_dont_filter
 
     async def start(self):
-        yield scrapy.Request(self.start_url)
+        yield scrapy.Request(self.start_url, dont_filter=self.start_dont_filter)
 
     def parse(self, response):
         for href in response.css("a::attr(href)").getall():
@@ -46,7 +47,11 @@ def main() -> None:
         warnings.simplefilter("always")
         process = CrawlerProcess(settings)
         crawler = process.create_crawler(SiteSpider)
-        process.crawl(crawler, start_url=args["start_url"])
+        process.crawl(
+            crawler,
+            start_url=args["start_url"],
+            start_dont_filter=args.get("start_dont_filter", False),
+        )
         process.start()
     deprecations = [
         f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"

@@ -20,9 +20,16 @@ SCHEDULERS = {
 }
 
 
-def crawl(tmp_path: Path, site, settings: dict, name: str = "run") -> dict:
+def crawl(
+    tmp_path: Path, site, settings: dict, name: str = "run", start_dont_filter: bool = False
+) -> dict:
     out = tmp_path / f"{name}.json"
-    args = {"start_url": f"{site.url}/page/0", "settings": settings, "out": str(out)}
+    args = {
+        "start_url": f"{site.url}/page/0",
+        "settings": settings,
+        "out": str(out),
+        "start_dont_filter": start_dont_filter,
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "tests.crawl", json.dumps(args)],
         cwd=ROOT,

@@ -1,0 +1,172 @@
+"""``scrapy migrate-set-to-bloom``: a scrapy-redis fingerprint set into Bloom filter bits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_dedup_suite.commands import spider_settings
+from scrapy_dedup_suite.dupefilter import build_backend, dupefilter_key
+from scrapy_dedup_suite.exceptions import DedupError
+
+from .set_to_bloom import MigrationError, Progress, SetToBloom
+
+logger = logging.getLogger(__name__)
+
+TARGETS = ("bloom", "windowed-bloom")
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "INFO"}
+
+    def syntax(self) -> str:
+        return "(--spider NAME | --source KEY --target KEY) [options]"
+
+    def short_desc(self) -> str:
+        return "Convert a scrapy-redis fingerprint set into the bits of a Bloom filter"
+
+    def long_desc(self) -> str:
+        return (
+            "Reads every fingerprint of a scrapy-redis dupefilter set and sets its bits in the "
+            "Bloom filter the bloom (or windowed-bloom) backend will use, with the parameters "
+            "of the project's settings (DEDUP_BLOOM_CAPACITY, DEDUP_BLOOM_ERROR_RATE, ...), so "
+            "that the crawl filters everything the set recorded. Crawlers may keep running. "
+            "Exit codes: 0 done, 1 error, 2 usage, 3 source missing or not a set, 4 target "
+            "refused (other type, other parameters, too small), 5 verification failed."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="What to migrate")
+        group.add_argument(
+            "--spider",
+            metavar="NAME",
+            help="source and target are this spider's: its set (the set backend's key) and the "
+            "filter the chosen backend will use; inside a project its custom_settings apply",
+        )
+        group.add_argument("--source", metavar="KEY", help="the fingerprint set to read")
+        group.add_argument("--target", metavar="KEY", help="the Bloom filter's base key")
+        group.add_argument(
+            "--to",
+            choices=TARGETS,
+            help="target backend (default: DEDUP_BACKEND if it is one of these, else bloom); "
+            "windowed-bloom fills the current bucket",
+        )
+        group.add_argument(
+            "--capacity", type=int, metavar="N", help="DEDUP_BLOOM_CAPACITY for the target"
+        )
+        group.add_argument(
+            "--error-rate", type=float, metavar="P", help="DEDUP_BLOOM_ERROR_RATE for the target"
+        )
+        group = parser.add_argument_group(title="How")
+        group.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="report the source, the filter it would create and the resulting "
+            "false-positive rate; write nothing",
+        )
+        group.add_argument(
+            "--batch", type=int, default=10_000, metavar="N", help="members per SSCAN call"
+        )
+        group.add_argument(
+            "--round",
+            type=int,
+            default=10_000_000,
+            metavar="N",
+            help="members merged (and checkpointed) per round",
+        )
+        group.add_argument(
+            "--resume", action="store_true", help="continue an interrupted run from its checkpoint"
+        )
+        group.add_argument(
+            "--verify",
+            choices=("sample", "all"),
+            default="sample",
+            help="check a random sample of source members (default) or all of them",
+        )
+        group.add_argument("--sample", type=int, default=10_000, metavar="N", help="sample size")
+        group.add_argument(
+            "--delete-source",
+            action="store_true",
+            help="delete the source set after verification passes",
+        )
+        group.add_argument(
+            "--force", action="store_true", help="migrate even if the source exceeds the capacity"
+        )
+        group.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        assert self.settings is not None
+        overrides = {
+            "DEDUP_BLOOM_CAPACITY": opts.capacity,
+            "DEDUP_BLOOM_ERROR_RATE": opts.error_rate,
+        }
+        for name, value in overrides.items():
+            if value is not None:
+                self.settings.set(name, value, priority="cmdline")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if args:
+            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+        if not opts.spider and not (opts.source and opts.target):
+            raise UsageError("Say what to migrate: --spider NAME, or --source KEY and --target KEY")
+        for name in ("batch", "round", "sample"):
+            if getattr(opts, name) < 1:
+                raise UsageError(f"--{name} must be a whole number >= 1")
+        bar = Progress()
+        try:
+            migration = self._migration(opts, bar)
+            plan = migration.plan()
+            if opts.dry_run:
+                self._out(opts, {"dry_run": True, "plan": plan.__dict__}, plan.describe())
+                if plan.items_already + plan.members > plan.capacity:
+                    print(
+                        "warning: the source exceeds the target's capacity; the real run "
+                        "refuses it without --force",
+                        file=sys.stderr,
+                    )
+                return
+            logger.info("migrate-set-to-bloom:\n%s", plan.describe())
+            report = migration.run(resume=opts.resume, delete_source=opts.delete_source)
+            bar(report.migrated, report.plan.members, final=True)
+            self._out(opts, report.as_dict(), report.summary())
+        except MigrationError as exc:
+            print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
+            self.exitcode = exc.exit_code
+        except DedupError as exc:
+            print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
+            self.exitcode = 1
+
+    def _migration(self, opts: argparse.Namespace, progress: Progress) -> SetToBloom:
+        assert self.settings is not None
+        settings = spider_settings(self.settings, opts.spider).copy()
+        to = opts.to or (
+            settings.get("DEDUP_BACKEND") if settings.get("DEDUP_BACKEND") in TARGETS else "bloom"
+        )
+        settings.set("DEDUP_BACKEND", to, priority="cmdline")
+        spider = opts.spider or ""
+        source = opts.source or dupefilter_key(settings, "set", spider)
+        target = build_backend(settings, spider, key=opts.target)
+        return SetToBloom(
+            target,  # type: ignore[arg-type]
+            source,
+            batch=opts.batch,
+            round_size=opts.round,
+            force=opts.force,
+            verify=opts.verify,
+            sample=opts.sample,
+            progress=progress,
+        )
+
+    def _out(self, opts: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+        print(json.dumps(data, default=str) if opts.json else text, flush=True)

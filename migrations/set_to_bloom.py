@@ -1,0 +1,538 @@
+"""Convert a scrapy-redis fingerprint set into the bits of a Bloom filter.
+
+How it runs (:meth:`SetToBloom.run`):
+
+1. Checks, before anything is written: the source exists and is a set; the
+   target holds no key of another type and, if it exists, was built with the
+   same parameters; the source fits the target's capacity (else refused, unless
+   ``force``, with the false-positive rate it would reach).
+2. Rounds: SSCAN reads up to ``round_size`` members (a reader thread keeps the
+   socket busy while the main thread computes), numpy computes their bit
+   offsets exactly as the Lua scripts do (scheme ``dh48-v1``, checked by the
+   tests on many fingerprints) and sets them in a local bitmap per block. The
+   bitmap is uploaded to a temporary key in the block's cluster slot and merged
+   with one Lua call (``BITOP OR``): bits are only ever added, bits a live
+   crawler set meanwhile are kept, a bucket keeps its expiry. After each round
+   the SSCAN cursor is saved in ``<target>:migration``: a run killed at any
+   point continues from there with ``resume``, and a rerun from scratch only
+   sets bits that are set already.
+3. Verification: a sample of source members (or all) is checked against the
+   target; the sample through the backend's own Lua membership test.
+4. Only then, if asked, the source set is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Union
+
+from scrapy_dedup_suite import scripts
+from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends.base import as_str
+from scrapy_dedup_suite.backends.bloom import block_prefix
+from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
+from scrapy_dedup_suite.exceptions import DedupError
+
+logger = logging.getLogger(__name__)
+
+#: Bytes per SETRANGE when uploading a round's bitmap (each call stays short).
+UPLOAD_CHUNK = 4 << 20
+
+
+class MigrationError(DedupError):
+    """The migration was refused or failed; ``exit_code`` says which way."""
+
+    exit_code = 1
+
+
+class SourceError(MigrationError):
+    exit_code = 3
+
+
+class TargetError(MigrationError):
+    exit_code = 4
+
+
+class VerificationError(MigrationError):
+    exit_code = 5
+
+
+Target = Union[BloomBackend, WindowedBloomBackend]
+
+
+@dataclass
+class Plan:
+    source: str
+    target: str
+    backend: str
+    members: int
+    source_memory: int
+    capacity: int
+    error_rate: float
+    bits: int
+    hashes: int
+    blocks: int
+    target_memory: int
+    target_exists: bool
+    items_already: float
+    resulting_error_rate: float
+    bucket: str = ""
+
+    def describe(self) -> str:
+        where = f" (current bucket {self.bucket})" if self.bucket else ""
+        existing = (
+            f"exists, holds about {self.items_already:,.0f} fingerprints"
+            if self.target_exists
+            else "will be created"
+        )
+        return "\n".join(
+            [
+                f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
+                f"about {_mb(self.source_memory)} of Redis memory",
+                f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
+                f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
+                f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "
+                f"{_mb(self.target_memory)}",
+                f"after   about {self.items_already + self.members:,.0f} fingerprints, "
+                f"false-positive rate about {self.resulting_error_rate:.3g}",
+            ]
+        )
+
+
+@dataclass
+class Report:
+    plan: Plan
+    migrated: int = 0
+    skipped: list[str] = field(default_factory=list)
+    rounds: int = 0
+    resumed: bool = False
+    seconds: float = 0.0
+    verified: int = 0
+    verify_mode: str = "sample"
+    source_deleted: bool = False
+    memory_freed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.migrated / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rate"] = self.rate
+        return out
+
+    def summary(self) -> str:
+        lines = [
+            f"migrated {self.migrated:,} fingerprints from {self.plan.source!r} to "
+            f"{self.plan.target!r} in {self.seconds:.1f} s ({self.rate:,.0f}/s, "
+            f"{self.rounds} round(s){', resumed' if self.resumed else ''})",
+            f"verified {self.verified:,} source members ({self.verify_mode}): all found",
+            f"target memory {_mb(self.plan.target_memory)}; source "
+            + (
+                f"deleted, {_mb(self.memory_freed)} freed"
+                if self.source_deleted
+                else f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
+            ),
+        ]
+        if self.skipped:
+            lines.append(
+                f"skipped {len(self.skipped)} member(s) that are not hex fingerprints the Bloom "
+                f"backends can hash, e.g. {self.skipped[:3]!r}"
+            )
+        return "\n".join(lines)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+class Progress:
+    """A progress bar on a terminal, a log line every few seconds elsewhere."""
+
+    def __init__(self, stream: Any = None, every: float = 5.0) -> None:
+        self.total = 1
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int, final: bool = False) -> None:
+        self.total = max(total, 1)
+        now = time.monotonic()
+        if not final and now - self.last < (0.2 if self.tty else self.every):
+            return
+        self.last = now
+        elapsed = max(now - self.started, 1e-9)
+        rate = done / elapsed
+        eta = (self.total - done) / rate if rate > 0 else 0
+        pct = min(done / self.total, 1.0)
+        text = (
+            f"{done:,}/{self.total:,} ({pct:.1%}) {rate:,.0f} fingerprints/s, "
+            f"ETA {time.strftime('%H:%M:%S', time.gmtime(max(eta, 0)))}"
+        )
+        if self.tty:
+            bar = "#" * int(pct * 30)
+            self.stream.write(f"\r[{bar:<30}] {text}" + ("\n" if final else ""))
+            self.stream.flush()
+        else:
+            logger.info("migrate-set-to-bloom: %s", text)
+
+
+class SetToBloom:
+    """Migrate the set at ``source`` into ``target`` (a Bloom backend, not opened yet)."""
+
+    def __init__(
+        self,
+        target: Target,
+        source: str,
+        *,
+        batch: int = 10_000,
+        round_size: int = 10_000_000,
+        force: bool = False,
+        verify: str = "sample",
+        sample: int = 10_000,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if verify not in ("sample", "all"):
+            raise MigrationError(f"verify must be 'sample' or 'all', got {verify!r}")
+        self.target = target
+        self.server = target.server
+        self.source = source
+        self.batch = batch
+        self.round_size = max(round_size, batch)
+        self.force = force
+        self.verify_mode = verify
+        self.sample = sample
+        self.progress = progress
+        self.state_key = f"{target.key}:migration"
+
+    @property
+    def params(self) -> BloomParams:
+        return self.target.params
+
+    # -- checks -------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """Check everything and describe the migration; writes nothing."""
+        kind = as_str(self.server.type(self.source))
+        if kind == "none":
+            raise SourceError(
+                f"Source {self.source!r} does not exist. Give the set scrapy-redis wrote "
+                "(--source KEY, or --spider NAME for %(spider)s:dupefilter)."
+            )
+        if kind != "set":
+            raise SourceError(
+                f"Source {self.source!r} holds a {kind}, not a set of fingerprints; nothing was "
+                "written. Name the scrapy-redis fingerprint set with --source."
+            )
+        members = int(self.server.scard(self.source))
+        source_memory = int(self.server.memory_usage(self.source) or 0)
+        try:
+            exists = self.target.verify()
+        except DedupError as exc:
+            raise TargetError(f"Target refused: {exc}") from exc
+        already = 0.0
+        if exists:
+            if isinstance(self.target, WindowedBloomBackend):
+                current = self.target.info()["buckets"][0]
+                already = current["estimated_items"] if current["exists"] else 0.0
+            else:
+                already = self.target.info()["estimated_items"]
+        p = self.params
+        bucket = ""
+        if isinstance(self.target, WindowedBloomBackend):
+            bucket = self.target.live_keys()[0][0].rsplit(":", 1)[1]
+        plan = Plan(
+            source=self.source,
+            target=self.target.key,
+            backend=self.target.name,
+            members=members,
+            source_memory=source_memory,
+            capacity=p.capacity,
+            error_rate=p.error_rate,
+            bits=p.total_bits,
+            hashes=p.hashes,
+            blocks=p.blocks,
+            target_memory=p.memory_bytes,
+            target_exists=exists,
+            items_already=already,
+            resulting_error_rate=p.designed_rate(already + members),
+            bucket=bucket,
+        )
+        return plan
+
+    def check_capacity(self, plan: Plan) -> None:
+        if plan.items_already + plan.members > plan.capacity and not self.force:
+            raise TargetError(
+                f"The target is too small: {plan.members:,} fingerprints"
+                + (
+                    f" plus about {plan.items_already:,.0f} already in it"
+                    if plan.items_already
+                    else ""
+                )
+                + f" exceed its capacity of {plan.capacity:,}; its false-positive rate would reach "
+                f"about {plan.resulting_error_rate:.3g} instead of {plan.error_rate}. Raise "
+                "DEDUP_BLOOM_CAPACITY (or --capacity) to at least the set's size plus the growth "
+                "you expect, or pass --force to migrate anyway."
+            )
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self, *, resume: bool = False, delete_source: bool = False) -> Report:
+        started = time.monotonic()
+        plan = self.plan()
+        self.check_capacity(plan)
+        report = Report(plan, verify_mode=self.verify_mode)
+        cursor = 0
+        if resume:
+            state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+            if state and state.get("source") == self.source:
+                cursor = int(state.get("cursor", 0))
+                report.migrated = int(state.get("migrated", 0))
+                report.resumed = cursor != 0
+            elif state:
+                raise MigrationError(
+                    f"{self.state_key!r} records a migration from {state.get('source')!r}, not "
+                    f"{self.source!r}; run without --resume to start this one from the beginning"
+                )
+        self.target.open()  # creates the parameter record and allocates bitmaps
+        self._delete_temporaries()
+        self.server.hset(self.state_key, mapping={"source": self.source, "cursor": cursor})
+        if not resume:
+            self.server.hset(self.state_key, "migrated", 0)
+        first = True
+        while first or cursor != 0:
+            first = False
+            cursor, read, maps = self._round(cursor, report)
+            self._merge(maps)
+            report.rounds += 1
+            report.migrated += read
+            self.server.hset(
+                self.state_key, mapping={"cursor": cursor, "migrated": report.migrated}
+            )
+        report.seconds = time.monotonic() - started
+        self._verify(report)
+        self.server.unlink(self.state_key)
+        if delete_source:
+            report.memory_freed = int(self.server.memory_usage(self.source) or 0)
+            found = as_str(scripts.DELETE_IF_TYPE(self.server, [self.source], ["set"]))
+            report.source_deleted = found == "set"
+        return report
+
+    def _scan(self, cursor: int, limit: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
+        """SSCAN batches from ``cursor`` until the end or ``limit`` members, read
+        ahead by a thread (the socket waits release the GIL) while we compute."""
+        batches: queue.Queue[Any] = queue.Queue(maxsize=8)
+        stop = threading.Event()
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    batches.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def reader() -> None:
+            c, read = cursor, 0
+            try:
+                while True:
+                    c, members = self.server.sscan(self.source, c, count=self.batch)
+                    c = int(c)
+                    read += len(members)
+                    if not put((c, members)) or c == 0 or (limit and read >= limit):
+                        break
+            except Exception as exc:  # handed to the consumer
+                put(exc)
+            put(None)
+
+        thread = threading.Thread(target=reader, name="migrate-sscan", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = batches.get()
+                if item is None:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            thread.join()
+
+    def _round(self, cursor: int, report: Report) -> tuple[int, int, dict[int, Any]]:
+        """Read up to ``round_size`` members from ``cursor`` into local bitmaps.
+
+        Each SSCAN batch is hashed as it arrives while the reader thread
+        fetches the next one. Returns (next cursor, members read, bitmaps).
+        """
+        import numpy as np
+
+        p = self.params
+        maps: dict[int, Any] = {}
+        read = 0
+        for next_cursor, batch in self._scan(cursor, self.round_size):
+            cursor = next_cursor
+            read += len(batch)
+            for block, offsets in positions(batch, p, report.skipped):
+                bitmap = maps.get(block)
+                if bitmap is None:
+                    bitmap = maps[block] = np.zeros((p.block_bits + 7) // 8, np.uint8)
+                flat = offsets.ravel()
+                masks = np.uint8(0x80) >> (flat & np.uint64(7)).astype(np.uint8)
+                np.bitwise_or.at(bitmap, flat >> np.uint64(3), masks)
+            if self.progress is not None:
+                self.progress(report.migrated + read, report.plan.members)
+        return cursor, read, maps
+
+    def _target_keys(self, block: int) -> tuple[str, int]:
+        """The key bits go into for ``block`` and the expiry (ms) it must carry, or 0."""
+        if isinstance(self.target, WindowedBloomBackend):
+            now = self.target.now()
+            key = self.target.live_keys(now)[block][0]
+            return key, max(1, int((self.target.window.expire_at(now) - now) * 1000))
+        return self.target.block_keys[block], 0
+
+    def _tmp_key(self, block: int) -> str:
+        # In the block's hash tag: the merge is one call on one cluster slot.
+        return f"{block_prefix(self.target.key, block)}:migrating"
+
+    def _delete_temporaries(self) -> None:
+        for block in range(self.params.blocks):
+            scripts.DELETE_IF_TYPE(self.server, [self._tmp_key(block)], ["string"])
+
+    def _merge(self, maps: dict[int, Any]) -> None:
+        for block, bitmap in maps.items():
+            key, ttl = self._target_keys(block)
+            tmp = self._tmp_key(block)
+            data = bitmap.tobytes()
+            # Allocate the temporary string at full size first: no piecemeal growth.
+            pipe = self.server.pipeline(transaction=False)
+            pipe.setrange(tmp, len(data) - 1, b"\0")
+            for offset in range(0, len(data), UPLOAD_CHUNK):
+                chunk = data[offset : offset + UPLOAD_CHUNK]
+                if chunk.count(0) != len(chunk):
+                    pipe.setrange(tmp, offset, chunk)
+            pipe.execute()
+            scripts.MERGE_OR(self.server, [key, tmp], [self.params.block_bits, ttl])
+
+    # -- verification -------------------------------------------------------------------
+
+    def _verify(self, report: Report) -> None:
+        if self.verify_mode == "all":
+            missing, checked = self._verify_all(report)
+        else:
+            sample = [
+                as_str(m)
+                for m in self.server.srandmember(self.source, self.sample)
+                if as_str(m) not in report.skipped
+            ]
+            sample = [m for m in sample if is_hex_fingerprint(m)]
+            found = self.target.contains_many(sample)
+            missing = [fp for fp, ok in zip(sample, found) if not ok]
+            checked = len(sample)
+        report.verified = checked
+        if missing:
+            raise VerificationError(
+                f"Verification failed: {len(missing):,} of {checked:,} source fingerprints are not "
+                f"in the target, e.g. {missing[:3]!r}. The source was left as it is."
+            )
+
+    def _verify_all(self, report: Report) -> tuple[list[str], int]:
+        """Every member checked against the target's bits, read back from Redis."""
+        import numpy as np
+
+        p = self.params
+        stored = {}
+        for block in range(p.blocks):
+            key, _ = self._target_keys(block)
+            size = (p.block_bits + 7) // 8
+            data = bytearray()
+            for offset in range(0, size, UPLOAD_CHUNK):
+                data += self.server.getrange(key, offset, min(size, offset + UPLOAD_CHUNK) - 1)
+            stored[block] = np.frombuffer(bytes(data.ljust(size, b"\0")), np.uint8)
+        missing: list[str] = []
+        checked = 0
+        for _, members in self._scan(0):
+            skipped: list[str] = []
+            for block, offsets, chosen in positions(members, p, skipped, with_members=True):
+                bits = stored[block][offsets >> np.uint64(3)] & (
+                    np.uint8(0x80) >> (offsets & np.uint64(7)).astype(np.uint8)
+                )
+                bad = ~(bits != 0).all(axis=1)
+                missing += [as_str(m) for m, b in zip(chosen, bad) if b]
+                checked += len(chosen)
+        return missing, checked
+
+
+def positions(
+    members: list[bytes], params: BloomParams, skipped: list[str], with_members: bool = False
+) -> Iterator[Any]:
+    """Vectorised ``BloomParams.positions``: yields (block, offsets[n, k]) per block.
+
+    Members that are not hex digests of >= 16 bytes are appended to ``skipped``.
+    The arithmetic is the scheme's, in uint64 (all values < 2^53).
+    """
+    import numpy as np
+
+    if members and not isinstance(members[0], bytes):  # a client with decode_responses
+        members = [m.encode() for m in members]
+    lengths = set(map(len, members))
+    by_length: dict[int, list[bytes]] = {}
+    if len(lengths) == 1:
+        by_length[lengths.pop()] = members
+    else:
+        for m in members:
+            by_length.setdefault(len(m), []).append(m)
+    m_bits = np.uint64(params.block_bits)
+    steps = np.arange(params.hashes, dtype=np.uint64)
+    for length, group in by_length.items():
+        try:
+            if length < 32 or length % 2:
+                raise ValueError("not an even number of hex digits")
+            # bytes.fromhex checks every character of every member at once.
+            digest = np.frombuffer(bytes.fromhex(b"".join(group).decode("ascii")), np.uint8)
+            digest = digest.reshape(len(group), length // 2)[:, :16]
+        except (ValueError, UnicodeDecodeError):
+            # Slow path: an odd length, or some member is not hex. The offsets
+            # depend on the first 32 digits only.
+            good = [g for g in group if is_hex_fingerprint(as_str(g))]
+            skipped += [as_str(g) for g in group if not is_hex_fingerprint(as_str(g))]
+            group = good
+            if not group:
+                continue
+            digest = np.frombuffer(
+                bytes.fromhex(b"".join(g[:32] for g in group).decode()), np.uint8
+            )
+            digest = digest.reshape(len(group), 16)
+        h1 = _big_endian(digest, 0, 6)
+        h2 = _big_endian(digest, 6, 12)
+        offsets = (h1 % m_bits)[:, None] + (h2 % m_bits)[:, None] * steps
+        offsets %= m_bits
+        if params.blocks == 1:
+            yield (0, offsets, group) if with_members else (0, offsets)
+            continue
+        block = _big_endian(digest, 12, 16) % np.uint64(params.blocks)
+        for b in np.unique(block):
+            sel = block == b
+            if with_members:
+                yield int(b), offsets[sel], [g for g, s in zip(group, sel) if s]
+            else:
+                yield int(b), offsets[sel]
+
+
+def _big_endian(digest: Any, start: int, stop: int) -> Any:
+    import numpy as np
+
+    out = np.zeros(digest.shape[0], np.uint64)
+    for col in range(start, stop):
+        out = (out << np.uint64(8)) | digest[:, col].astype(np.uint64)
+    return out

@@ -1,0 +1,288 @@
+"""migrate-set-to-bloom: exactness, resume, live writes, errors and exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from migrations.set_to_bloom import SetToBloom, VerificationError, positions
+from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
+from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.windows import WindowSpec
+
+from .conftest import fingerprints
+from .test_crawl import crawl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fill_set(server, key: str, members: list[str]) -> None:
+    pipe = server.pipeline(transaction=False)
+    for i in range(0, len(members), 5000):
+        pipe.sadd(key, *members[i : i + 5000])
+    pipe.execute()
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_bulk_offsets_equal_the_reference(blocks):
+    """The vectorised path computes exactly BloomParams.positions (and so the Lua)."""
+    rng = random.Random(7)
+    # The largest block size (m just under 2^32, odd) and an odd k.
+    params = BloomParams(1000, 0.01, 2**32 - 5, 13, blocks)
+    members = [
+        *(hashlib.sha1(str(i).encode()).hexdigest() for i in range(3000)),
+        *(hashlib.sha256(str(i).encode()).hexdigest().upper() for i in range(500)),
+        *("".join(rng.choice("0123456789abcdef") for _ in range(33)) for _ in range(300)),
+    ]
+    rng.shuffle(members)
+    skipped: list[str] = []
+    bad = ["not-hex-" * 5, "abc", "g" * 40]
+    got = {}
+    for block, offsets, chosen in positions(
+        [m.encode() for m in members + bad], params, skipped, with_members=True
+    ):
+        for member, row in zip(chosen, offsets.tolist()):
+            got[member.decode()] = (block, row)
+    assert sorted(skipped) == sorted(bad)
+    assert len(got) == len(members)
+    for member in members:
+        assert got[member] == params.positions(member)
+
+
+def test_bulk_bits_are_what_the_lua_sets(server):
+    params = BloomParams.from_capacity(20_000, 0.01, blocks=2)
+    fps = fingerprints(5000)
+    fill_set(server, "src", fps)
+    by_lua = BloomBackend(server, "lua", params)
+    by_lua.open()
+    by_lua.add_many(fps)
+    bulk = BloomBackend(server, "bulk", params)
+    SetToBloom(bulk, "src", batch=700, round_size=2000).run()
+    for a, b in zip(by_lua.block_keys, bulk.block_keys):
+        assert server.get(a) == server.get(b)
+
+
+def test_scrapy_redis_crawl_then_bloom_filters_everything(tmp_path, site, redis_server, server):
+    scrapy_redis = {
+        "REDIS_URL": redis_server.url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_PERSIST": True,
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    }
+    first = crawl(tmp_path, site, scrapy_redis, "scrapy-redis")
+    assert first["stats"]["downloader/response_status_count/200"] == site.pages
+    assert server.scard("site:dupefilter") == site.pages
+    proc = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "migrate-set-to-bloom", "--spider", "site",
+         "-s", f"REDIS_URL={redis_server.url}", "-s", "DEDUP_BLOOM_CAPACITY=100000",
+         "--verify", "all"],
+        capture_output=True, text=True, timeout=120, cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"migrated {site.pages} fingerprints from 'site:dupefilter'" in proc.stdout
+    assert f"verified {site.pages} source members (all): all found" in proc.stdout
+    bloom = {
+        **scrapy_redis,
+        "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        "DEDUP_BACKEND": "bloom",
+        "DEDUP_BLOOM_CAPACITY": 100_000,
+    }
+    # The start page is fetched (dont_filter) and every link it has is filtered.
+    second = crawl(tmp_path, site, bloom, "bloom", start_dont_filter=True)
+    stats = second["stats"]
+    assert stats["downloader/response_status_count/200"] == 1
+    assert stats["bloomfilter/filtered"] == site.links
+    assert "dedup/added" not in stats
+
+
+def test_into_the_current_bucket_of_a_windowed_filter(server):
+    fps = fingerprints(3000)
+    fill_set(server, "src", fps)
+    target = WindowedBloomBackend(
+        server, "w", BloomParams.from_capacity(10_000, 0.001), WindowSpec.parse("day", 3)
+    )
+    report = SetToBloom(target, "src").run()
+    assert report.migrated == 3000 and report.verified == 3000
+    current = target.live_keys()[0][0]
+    assert 0 < server.pttl(current) <= 3 * 86400 * 1000
+    assert all(target.contains_many(fps))
+    assert target.check_and_add(fps[0]) is True
+
+
+def test_crawler_writes_during_migration_are_kept(server):
+    fps = fingerprints(20_000)
+    fill_set(server, "src", fps)
+    target = BloomBackend(server, "t", BloomParams.from_capacity(100_000, 0.001))
+    target.open()
+    live = fingerprints(30, salt="live")  # one per batch read (40 batches)
+    written: list[str] = []
+
+    def crawler_writes(done: int, total: int) -> None:
+        # A crawler records new requests while the migration is between reading
+        # a batch and merging its round.
+        if len(written) < len(live):
+            fp = live[len(written)]
+            assert target.check_and_add(fp) is False
+            written.append(fp)
+
+    SetToBloom(target, "src", batch=500, round_size=5000, progress=crawler_writes).run()
+    assert written == live
+    assert all(target.contains_many(live))
+    assert all(target.contains_many(fps))
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resume_after_an_interrupted_run(server):
+    fps = fingerprints(30_000)
+    fill_set(server, "src", fps)
+    target = BloomBackend(server, "t", BloomParams.from_capacity(100_000, 0.001))
+
+    def die_in_round_three(done: int, total: int) -> None:
+        if done > 12_000:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        SetToBloom(target, "src", batch=1000, round_size=5000, progress=die_in_round_three).run()
+    state = server.hgetall("t:migration")
+    # Two rounds were merged and checkpointed (SSCAN's COUNT is a hint: about 5,000 each).
+    assert int(state[b"cursor"]) != 0
+    assert 10_000 <= int(state[b"migrated"]) < 12_000
+    report = SetToBloom(target, "src", batch=1000, round_size=5000, verify="all").run(resume=True)
+    assert report.resumed
+    assert report.migrated == 30_000
+    assert not server.exists("t:migration")
+    assert not server.keys("*migrating*")
+    # A rerun from scratch only sets bits that are set already.
+    before = server.get(target.block_keys[0])
+    SetToBloom(target, "src").run()
+    assert server.get(target.block_keys[0]) == before
+
+
+def test_kill_9_then_resume(redis_server, server):
+    fill_set(server, "big:dupefilter", fingerprints(200_000))
+    base = [
+        sys.executable, "-m", "scrapy.cmdline", "migrate-set-to-bloom", "--spider", "big",
+        "-s", f"REDIS_URL={redis_server.url}", "-s", "DEDUP_BLOOM_CAPACITY=1000000",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [*base, "--batch", "200", "--round", "2000"], env=env, cwd="/",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while int(server.hget("big:bloomfilter:migration", "migrated") or 0) < 4000:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = subprocess.run(
+        [*base, "--resume", "--verify", "all"], env=env, cwd="/", capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stdout
+    assert "verified 200,000 source members (all): all found" in resumed.stdout
+
+
+def run_command(redis_server, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "migrate-set-to-bloom",
+         "-s", f"REDIS_URL={redis_server.url}", *args],
+        capture_output=True, text=True, timeout=120, cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def snapshot(server) -> dict:
+    return {k: server.dump(k) for k in sorted(server.keys("*"))}
+
+
+@pytest.mark.parametrize(
+    ("prepare", "args", "code", "message"),
+    [
+        (lambda s: None, ["--spider", "s"], 3, "'s:dupefilter' does not exist"),
+        (lambda s: s.rpush("s:dupefilter", "x"), ["--spider", "s"], 3, "holds a list, not a set"),
+        (
+            lambda s: s.sadd("{s:bloomfilter:0}", "x"),
+            ["--spider", "s"],
+            4,
+            "holds a set, but this backend stores a string",
+        ),
+        (
+            lambda s: BloomBackend(
+                s, "s:bloomfilter", BloomParams.from_capacity(5000, 0.01)
+            ).open(),
+            ["--spider", "s"],
+            4,
+            "created with other parameters",
+        ),
+        (lambda s: None, ["--spider", "s", "--capacity", "100"], 4, "too small"),
+        (lambda s: None, ["--spider", "s", "--error-rate", "2"], 1, "DEDUP_BLOOM_ERROR_RATE"),
+        (lambda s: None, ["--source", "s:dupefilter"], 2, "Say what to migrate"),
+        (lambda s: None, ["--spider", "s", "--batch", "0"], 2, "--batch"),
+    ],
+)
+def test_errors_write_nothing(redis_server, server, prepare, args, code, message):
+    if "does not exist" not in message and "list" not in message:
+        fill_set(server, "s:dupefilter", fingerprints(1000))
+    prepare(server)
+    before = snapshot(server)
+    result = run_command(redis_server, *args)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr + result.stdout
+    assert snapshot(server) == before
+
+
+def test_too_small_names_the_rate_and_force_goes_on(redis_server, server):
+    fill_set(server, "s:dupefilter", fingerprints(1000))
+    result = run_command(redis_server, "--spider", "s", "--capacity", "100")
+    assert result.returncode == 4
+    assert "false-positive rate would reach about 0.9" in result.stderr
+    forced = run_command(redis_server, "--spider", "s", "--capacity", "100", "--force")
+    assert forced.returncode == 0, forced.stderr
+
+
+def test_dry_run_reports_and_writes_nothing(redis_server, server):
+    fill_set(server, "s:dupefilter", fingerprints(1000))
+    before = snapshot(server)
+    result = run_command(redis_server, "--spider", "s", "--capacity", "50000", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "a set of 1,000 fingerprints" in result.stdout
+    assert "capacity 50,000 at error rate 0.001" in result.stdout
+    assert "k = 10" in result.stdout
+    assert snapshot(server) == before
+
+
+def test_delete_source_after_verification(redis_server, server):
+    fill_set(server, "s:dupefilter", fingerprints(2000))
+    result = run_command(redis_server, "--spider", "s", "--capacity", "5000", "--delete-source")
+    assert result.returncode == 0, result.stderr
+    assert "source deleted" in result.stdout
+    assert not server.exists("s:dupefilter")
+    target = BloomBackend(server, "s:bloomfilter", BloomParams.from_capacity(5000, 0.001))
+    assert all(target.contains_many(fingerprints(2000)))
+
+
+def test_failed_verification_keeps_the_source(server):
+    fill_set(server, "src", fingerprints(500))
+
+    class LosesBits(SetToBloom):
+        def _merge(self, maps):  # a broken merge: nothing reaches Redis
+            pass
+
+    target = BloomBackend(server, "t", BloomParams.from_capacity(5000, 0.001))
+    with pytest.raises(VerificationError, match="500 of 500 source fingerprints are not"):
+        LosesBits(target, "src", sample=1000).run(delete_source=True)
+    assert server.scard("src") == 500
