@@ -129,7 +129,7 @@ class Command(ScrapyCommand):
             plan = migration.plan()
             if opts.dry_run:
                 self._out(opts, {"dry_run": True, "plan": plan.__dict__}, plan.describe())
-                if plan.items_already + plan.members > plan.capacity:
+                if plan.items_already + plan.new_members > plan.capacity:
                     print(
                         "warning: the source exceeds the target's capacity; the real run "
                         "refuses it without --force",

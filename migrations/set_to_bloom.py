@@ -82,6 +82,7 @@ class Plan:
     target_exists: bool
     items_already: float
     resulting_error_rate: float
+    new_members: int = 0  # members not in the target yet (estimated from a sample)
     bucket: str = ""
 
     def describe(self) -> str:
@@ -99,7 +100,7 @@ class Plan:
                 f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
                 f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "
                 f"{_mb(self.target_memory)}",
-                f"after   about {self.items_already + self.members:,.0f} fingerprints, "
+                f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                 f"false-positive rate about {self.resulting_error_rate:.3g}",
                 f"merges  one BITOP OR over {_mb(self.target_memory / self.blocks)} per block "
                 "and round: Redis pauses that long (about 1.3 ms per MiB on a 2-core host)",
@@ -247,6 +248,15 @@ class SetToBloom:
                 already = current["estimated_items"] if current["exists"] else 0.0
             else:
                 already = self.target.info()["estimated_items"]
+        # Members already in the target (a resumed or repeated run) add nothing:
+        # estimate their share from a sample so that they are not counted twice.
+        new_members = members
+        if exists and members:
+            sample = [as_str(m) for m in self.server.srandmember(self.source, 2000)]
+            sample = [m for m in sample if is_hex_fingerprint(m)]
+            if sample:
+                present = sum(self.target.contains_many(sample)) / len(sample)
+                new_members = round(members * (1 - present))
         p = self.params
         bucket = ""
         if isinstance(self.target, WindowedBloomBackend):
@@ -265,15 +275,16 @@ class SetToBloom:
             target_memory=p.memory_bytes,
             target_exists=exists,
             items_already=already,
-            resulting_error_rate=p.designed_rate(already + members),
+            resulting_error_rate=p.designed_rate(already + new_members),
+            new_members=new_members,
             bucket=bucket,
         )
         return plan
 
     def check_capacity(self, plan: Plan) -> None:
-        if plan.items_already + plan.members > plan.capacity and not self.force:
+        if plan.items_already + plan.new_members > plan.capacity and not self.force:
             raise TargetError(
-                f"The target is too small: {plan.members:,} fingerprints"
+                f"The target is too small: {plan.new_members:,} new fingerprints"
                 + (
                     f" plus about {plan.items_already:,.0f} already in it"
                     if plan.items_already

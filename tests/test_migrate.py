@@ -254,6 +254,27 @@ def test_too_small_names_the_rate_and_force_goes_on(redis_server, server):
     assert forced.returncode == 0, forced.stderr
 
 
+def test_resume_near_capacity_is_not_refused(server):
+    """Fingerprints already migrated are in the target and still in the source:
+    a resumed run must not count them twice against the capacity."""
+    fill_set(server, "src", fingerprints(7000))
+    target = BloomBackend(server, "t", BloomParams.from_capacity(10_000, 0.001))
+
+    def die_after_half(done: int, total: int) -> None:
+        if done >= 4500:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        SetToBloom(target, "src", batch=500, round_size=1000, progress=die_after_half).run()
+    plan = SetToBloom(target, "src").plan()
+    assert plan.items_already > 3000  # so already + 7,000 members would exceed 10,000
+    assert plan.items_already + plan.new_members < 10_000
+    report = SetToBloom(target, "src", verify="all").run(resume=True)
+    assert report.verified == 7000
+    # Running it all again is harmless and not refused either.
+    assert SetToBloom(target, "src").run().migrated == 7000
+
+
 def test_dry_run_reports_and_writes_nothing(redis_server, server):
     fill_set(server, "s:dupefilter", fingerprints(1000))
     before = snapshot(server)
