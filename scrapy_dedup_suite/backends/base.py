@@ -105,12 +105,16 @@ class DedupBackend(ABC):
         return None
 
     def _open(self) -> None:
-        """Check key types, then create the parameter record or check it."""
+        """Check key types, create the parameter record or check it, load the scripts."""
         found = self.check_types(self.expected_types())
         spec = self.meta_spec()
         if spec is not None:
             self.refuse_orphans(found, spec.key)
             self.init_meta(spec)
+        # Registered once here, so the first request costs no NOSCRIPT round trip
+        # (they are reloaded on NOSCRIPT after a flush, restart or failover).
+        for script in {self.add_script, self.contains_script} - {None}:
+            script.load(self.server)  # type: ignore[union-attr]
         self._prepare()
 
     def _prepare(self) -> None:  # noqa: B027 - optional hook
