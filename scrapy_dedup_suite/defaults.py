@@ -72,7 +72,7 @@ DEDUP_JANITOR_CRON = ""
 
 #: Janitor: hash fields read per HSCAN and checked per purge call. Each call
 #: then takes well under a few milliseconds of Redis time.
-DEDUP_JANITOR_BATCH = 500
+DEDUP_JANITOR_BATCH = 200
 
 #: Janitor: lifetime of the lock that lets one janitor pass run at a time per
 #: dedup key, renewed while the pass runs; a crashed janitor's lock expires

@@ -53,7 +53,10 @@ class Command(ScrapyCommand):
             "--cron", metavar="EXPR", help='crontab expression instead, e.g. "*/10 * * * *"'
         )
         group.add_argument(
-            "--batch", type=int, metavar="N", help="hash fields per Redis call (default 500)"
+            "--batch",
+            type=int,
+            metavar="N",
+            help="hash fields per Redis call (default: DEDUP_JANITOR_BATCH, 200)",
         )
         group.add_argument("--json", action="store_true", help="print each report as JSON")
 
