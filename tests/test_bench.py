@@ -1,0 +1,44 @@
+"""A tiny run of the benchmark suite, so that it cannot rot (figures are not checked here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_smoke_run(tmp_path, redis_server):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path),
+         "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    names = [row["name"] for row in results["rows"]]
+    assert names[0] == "scrapy-redis: set"
+    assert sum(n.startswith("scrapy-redis-bloomfilter") for n in names) == 2
+    assert [n for n in names if n.startswith("ours")] == [
+        "ours: set",
+        "ours: hash",
+        "ours: bloom",
+        "ours: windowed-bloom (7 buckets)",
+    ]
+    for row in results["rows"]:
+        assert row["new_per_s"] > 0 and row["dup_per_s"] > 0, row
+    ours = {row["name"]: row for row in results["rows"] if row["name"].startswith("ours")}
+    # Round trips are counted on the client: our backends make one per request.
+    assert all(row["round_trips"] == pytest.approx(1.0, abs=0.01) for row in ours.values())
+    assert results["migration"]["fingerprints_per_s"] > 0
+    assert results["janitor"]["removed"] == 1000
+    assert len(results["targets"]) >= 11
+    assert "migrate-set-to-bloom: 5,000 members at" in proc.stdout
+    assert proc.stdout.count("met ") + proc.stdout.count("MISSED ") == len(results["targets"])
+    assert (tmp_path / "results.png").stat().st_size > 10_000
