@@ -403,37 +403,14 @@ def table(res: Results) -> str:
         for row in res.rows
     ]  # fmt: skip
     c = res.ceilings
-    lines.append(
-        ["ceiling: PING per call", f"{c['ping_per_s']:,.0f}", "", "1.00", "", "", "", "", "", ""]
-    )
-    lines.append(
-        [
-            "ceiling: fingerprint only",
-            f"{c['fingerprint_per_s']:,.0f}",
-            "",
-            "0",
-            "",
-            "",
-            "",
-            "",
-            "",
-            "",
-        ]
-    )
-    lines.append(
-        [
-            "ceiling: 1/(1/ping+1/fp)",
-            f"{c['ceiling_per_s']:,.0f}",
-            "",
-            "",
-            "",
-            "",
-            "",
-            "",
-            "",
-            "1.00",
-        ]
-    )
+    for name, value, trips, ratio in [
+        ("ceiling: PING per call", c["ping_per_s"], "1.00", ""),
+        ("ceiling: fingerprint only", c["fingerprint_per_s"], "0", ""),
+        ("ceiling: 1/(1/ping+1/fp)", c["ceiling_per_s"], "", "1.00"),
+    ]:
+        line = [""] * len(head)
+        line[0], line[1], line[3], line[-1] = name, f"{value:,.0f}", trips, ratio
+        lines.append(line)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -61,10 +62,15 @@ class EmbeddedRedis:
     when stopped and loads it when started, so state survives between runs."""
 
     def __init__(
-        self, data_dir: str | os.PathLike[str] | None = None, port: int = 0, binary: str = ""
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        port: int = 0,
+        binary: str = "",
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary or server_binary()
         self.port = port or _free_port()
+        self.extra_args = list(extra_args)
         self.persistent = data_dir is not None
         self.dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp("-dedup"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -86,6 +92,7 @@ class EmbeddedRedis:
             "--save", "",
             "--appendonly", "no",
             "--logfile", "server.log",
+            *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)

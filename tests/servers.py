@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
-import tempfile
 import threading
-import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import redis
+
+from scrapy_dedup_suite.embedded import EmbeddedRedis
 
 
 def redis_server_binary() -> str:
@@ -41,57 +40,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@dataclass
-class RedisServer:
-    binary: str
-    port: int = 0
-    extra: list[str] = field(default_factory=list)
-    proc: subprocess.Popen | None = None
-    workdir: str = ""
+class RedisServer(EmbeddedRedis):
+    """A throwaway server for the tests: the package's own EmbeddedRedis, with the
+    binary the tests choose and no data kept."""
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        if not self.port:
-            self.port = free_port()
-        if not self.workdir:
-            self.workdir = tempfile.mkdtemp(prefix="dedup-redis-")
-        args = [
-            self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", self.workdir,
-            "--logfile", str(Path(self.workdir, "server.log")),
-            *self.extra,
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if client.ping():
-                    return self
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                    raise RuntimeError(
-                        f"{self.binary} did not start on {self.port}: {err}"
-                    ) from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+    def __init__(self, binary: str, extra_args: Sequence[str] = ()) -> None:
+        super().__init__(binary=binary, extra_args=extra_args)
 
     def version(self) -> str:
         info = redis.Redis(port=self.port).info("server")
