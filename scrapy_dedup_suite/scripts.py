@@ -9,7 +9,7 @@ overhead, which matters on the one-round-trip hot path.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -61,12 +61,16 @@ MERGE_OR = LuaScript("merge_or")
 
 
 def run_many(
-    client: Any, script: LuaScript, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    client: Any,
+    script: LuaScript,
+    calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+    on_noscript: Callable[[], None] | None = None,
 ) -> list[Any]:
     """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline.
 
     Every script called this way is idempotent, so when the server does not
-    know it (NOSCRIPT) it is loaded and the whole batch is run again.
+    know it (NOSCRIPT) ``on_noscript`` (default: load the script) runs and the
+    whole batch is run again.
     """
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
@@ -77,5 +81,8 @@ def run_many(
         except NoScriptError:
             if attempt == 2:
                 raise
-            script.load(client)
+            if on_noscript is not None:
+                on_noscript()
+            else:
+                script.load(client)
     raise AssertionError("unreachable")

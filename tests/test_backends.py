@@ -155,3 +155,20 @@ def test_meta_of_another_backend_is_refused(make_backend, server, backend_name):
     server.hset("t:dedup:meta", mapping={"backend": "something-else", "layout": "1"})
     with pytest.raises(FilterMismatchError, match="something-else"):
         make_backend().open()
+
+
+def test_a_server_that_lost_everything_is_reopened(make_backend, server):
+    """After a restart without persistence (here: FLUSHALL and SCRIPT FLUSH) the next
+    request recreates the parameter record with its data, so the next crawler that
+    opens the filter finds a consistent filter, not orphaned keys."""
+    backend = make_backend()
+    backend.open()
+    a, b = fingerprints(2)
+    backend.check_and_add(a)
+    server.flushall()
+    server.script_flush()
+    assert backend.check_and_add(b) is False
+    assert backend.check_and_add(b) is True
+    fresh = make_backend()
+    fresh.open()
+    assert fresh.contains(b) is True

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
@@ -117,6 +117,25 @@ class DedupBackend(ABC):
             script.load(self.server)  # type: ignore[union-attr]
         self._prepare()
 
+    def reopen(self) -> None:
+        """Run :meth:`open` again: after NOSCRIPT, which means the server restarted,
+        failed over or was flushed. It checks the parameter record, recreates it if
+        the data is gone with it (so that the bits written next are not orphans),
+        and loads the scripts."""
+        logger.warning(
+            "Redis did not know the %s dupefilter's scripts (restart, failover or flush): "
+            "checking %r again",
+            self.name,
+            self.key,
+        )
+        self._opened = False
+        self.open()
+
+    def call_after_reopen(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+        """The hot paths' NOSCRIPT branch: reopen, then run the script."""
+        self.reopen()
+        return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
     def _prepare(self) -> None:  # noqa: B027 - optional hook
         """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
 
@@ -164,7 +183,14 @@ class DedupBackend(ABC):
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        return self.contains_script(self.server, *self.contains_call(fingerprint)) != 0
+        keys, args = self.contains_call(fingerprint)
+        try:
+            found = self.server.execute_command(
+                "EVALSHA", self.contains_script.sha, len(keys), *keys, *args
+            )
+        except NoScriptError:
+            found = self.call_after_reopen(self.contains_script, keys, args)
+        return found != 0
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""
@@ -172,7 +198,8 @@ class DedupBackend(ABC):
         out: list[bool] = []
         for batch in chunks(fingerprints):
             calls = [self.contains_call(fp) for fp in batch]
-            out += [r != 0 for r in scripts.run_many(self.server, self.contains_script, calls)]
+            results = scripts.run_many(self.server, self.contains_script, calls, self.reopen)
+            out += [r != 0 for r in results]
         return out
 
     def add_many(self, fingerprints: Iterable[str], expire: float | None = None) -> int:
@@ -181,7 +208,8 @@ class DedupBackend(ABC):
         added = 0
         for batch in chunks(fingerprints):
             calls = [self.add_call(fp, expire) for fp in batch]
-            added += sum(r == 0 for r in scripts.run_many(self.server, self.add_script, calls))
+            results = scripts.run_many(self.server, self.add_script, calls, self.reopen)
+            added += sum(r == 0 for r in results)
         return added
 
     @abstractmethod

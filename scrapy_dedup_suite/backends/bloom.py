@@ -137,7 +137,8 @@ class BloomBackend(DedupBackend):
                 == 1
             )
         except NoScriptError:
-            return scripts.BLOOM_ADD(self.server, [key], [fingerprint, self._m, self._k]) == 1
+            args = [fingerprint, self._m, self._k]
+            return self.call_after_reopen(scripts.BLOOM_ADD, [key], args) == 1
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         return self.contains_call(fingerprint)

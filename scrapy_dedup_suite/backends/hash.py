@@ -87,7 +87,7 @@ class HashBackend(DedupBackend):
                 == 1
             )
         except NoScriptError:
-            return scripts.HASH_ADD(self.server, [key], [fingerprint, ttl]) == 1
+            return self.call_after_reopen(scripts.HASH_ADD, [key], [fingerprint, ttl]) == 1
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         ttl = self._ttl_ms if expire is None else self._to_ms(expire)

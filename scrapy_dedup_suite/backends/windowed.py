@@ -150,7 +150,7 @@ class WindowedBloomBackend(DedupBackend):
                 "EVALSHA", scripts.WINDOWED_ADD.sha, len(keys), *keys, *args
             )
         except NoScriptError:
-            result = scripts.WINDOWED_ADD(self.server, keys, args)
+            result = self.call_after_reopen(scripts.WINDOWED_ADD, keys, args)
         return result != 0
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
