@@ -119,11 +119,17 @@ class EmbeddedRedis:
             return
         import redis
 
-        try:
-            client = redis.Redis(port=self.port, socket_timeout=30)
-            client.shutdown(save=self.persistent, nosave=not self.persistent)
-        except redis.ConnectionError:
-            pass  # the connection closes as the server exits
+        if self.persistent:
+            # SAVE, then SIGTERM (SHUTDOWN SAVE would close the connection under
+            # redis-py, which then retries the command for seconds).
+            client = redis.Redis(port=self.port, socket_timeout=300)
+            try:
+                client.save()
+            except redis.ConnectionError:
+                pass
+            finally:
+                client.close()
+        self.proc.terminate()  # with --save "", the server exits without saving again
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
