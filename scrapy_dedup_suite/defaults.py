@@ -59,9 +59,11 @@ DEDUP_WINDOW_COUNT = 7
 DEDUP_WINDOW_TZ = "UTC"
 
 #: What happens to the request being checked when Redis cannot be reached:
-#: ``"allow"`` lets it through (it is crawled, ``dedup/errors`` counts it; no
-#: request is lost), ``"raise"`` raises :class:`DedupBackendError`.
+#: ``"allow"`` lets it through at once (it is crawled, ``dedup/errors`` counts
+#: it; no request is lost), ``"raise"`` retries ``DEDUP_ERROR_RETRIES`` times
+#: (waiting 0.1 s, 0.2 s, 0.4 s, ...) and then raises :class:`DedupBackendError`.
 DEDUP_ON_ERROR = "allow"
+DEDUP_ERROR_RETRIES = 3
 
 #: Janitor (``scrapy_dedup_suite.janitor``): seconds between two passes while a
 #: spider runs (``JanitorExtension``) and for ``scrapy dedup-janitor``; a cron

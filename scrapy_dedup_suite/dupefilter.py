@@ -8,6 +8,7 @@ with :meth:`RFPDupeFilter.from_crawler`, then ``open()`` and ``close(reason)``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +87,16 @@ class RFPDupeFilter(BaseDupeFilter):
         debug: bool = False,
         stats: StatsCollector | None = None,
         on_error: str = config.default("DEDUP_ON_ERROR"),
+        retries: int = config.default("DEDUP_ERROR_RETRIES"),
     ) -> None:
         self.backend = backend
         self.fingerprint = fingerprint
         self.debug = debug
         self.stats = stats
         self.on_error = config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR)
+        self.retries = config.check_int(
+            "DEDUP_ERROR_RETRIES", retries, minimum=0, allowed="a whole number >= 0"
+        )
         self.logdupes = True
         self._uses_expire = backend.uses_expire
         self._filtered_stats = ["dedup/filtered"]
@@ -122,6 +127,7 @@ class RFPDupeFilter(BaseDupeFilter):
             debug=settings.getbool("DUPEFILTER_DEBUG"),
             stats=crawler.stats if crawler is not None else None,
             on_error=settings.get("DEDUP_ON_ERROR", config.default("DEDUP_ON_ERROR")),
+            retries=settings.get("DEDUP_ERROR_RETRIES", config.default("DEDUP_ERROR_RETRIES")),
         )
 
     @classmethod
@@ -167,7 +173,10 @@ class RFPDupeFilter(BaseDupeFilter):
         try:
             seen = self.backend.check_and_add(fp, expire)
         except TRANSIENT as exc:
-            return self._failed(request, exc)
+            retried = self._retry(fp, expire)
+            if retried is None:
+                return self._failed(request, exc)
+            seen = retried
         except ResponseError as exc:
             raise self._translate(exc, fp) from exc
         stats = self.stats
@@ -179,13 +188,30 @@ class RFPDupeFilter(BaseDupeFilter):
                 stats.inc_value("dedup/added")
         return seen
 
+    def _retry(self, fp: str, expire: Any) -> bool | None:
+        """With DEDUP_ON_ERROR='raise', try again with a growing pause; None if all failed.
+
+        (With 'allow' the request goes through at once: an outage must not stall the crawl.)
+        """
+        if self.on_error != "raise":
+            return None
+        for attempt in range(self.retries):
+            time.sleep(0.1 * 2**attempt)
+            if self.stats is not None:
+                self.stats.inc_value("dedup/retries")
+            try:
+                return self.backend.check_and_add(fp, expire)
+            except TRANSIENT:
+                continue
+        return None
+
     def _failed(self, request: Request, exc: Exception) -> bool:
         if self.stats is not None:
             self.stats.inc_value("dedup/errors")
         if self.on_error == "raise":
             raise DedupBackendError(
                 f"Redis failed while checking {request!r} against the {self.backend.name} "
-                f"dupefilter at {self.backend.key!r}: {exc}"
+                f"dupefilter at {self.backend.key!r}, also after {self.retries} retries: {exc}"
             ) from exc
         self.logger.warning(
             "Redis failed while checking %(request)s (%(error)s); letting it through "
