@@ -49,6 +49,7 @@ SIZES = {
         "migrate": 1_000_000,
         "janitor": 1_000_000,
         "rounds": 3,
+        "crowd": 5_000,
     },
     "quick": {
         "n": 50_000,
@@ -57,6 +58,7 @@ SIZES = {
         "migrate": 200_000,
         "janitor": 100_000,
         "rounds": 3,
+        "crowd": 1_000,
     },
     "smoke": {
         "n": 2_000,
@@ -65,6 +67,7 @@ SIZES = {
         "migrate": 5_000,
         "janitor": 2_000,
         "rounds": 1,
+        "crowd": 200,
     },
 }
 ERROR_RATE = 0.001
@@ -117,6 +120,7 @@ class Results:
     ceilings: dict[str, float] = field(default_factory=dict)
     migration: dict[str, float] = field(default_factory=dict)
     janitor: dict[str, float] = field(default_factory=dict)
+    concurrency: dict[str, dict[str, int]] = field(default_factory=dict)
     targets: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -349,6 +353,35 @@ def janitor(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> No
 # -- report --------------------------------------------------------------------------------
 
 
+def concurrency(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> None:
+    """Several crawler processes offer the same requests at once: how many get through?"""
+    import subprocess
+
+    n, processes = sizes["crowd"], 4
+    root = Path(__file__).resolve().parent.parent
+    for kind in ("legacy", "ours"):
+        if kind == "legacy" and not legacy_available():
+            continue
+        r.flushall()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.crowd", url, kind, "crowd:filter", str(seed), str(n)],
+                cwd=root,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for seed in range(processes)
+        ]
+        for p in procs:
+            p.stdout.readline()  # "ready"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        admitted = sum(int(p.communicate(timeout=600)[0]) for p in procs)
+        res.concurrency[kind] = {"processes": processes, "distinct": n, "admitted": admitted}
+
+
 def evaluate(res: Results) -> None:
     rows = {row.name.split(" (")[0]: row for row in res.rows}
     base = rows["scrapy-redis: set"]
@@ -428,6 +461,14 @@ def table(res: Results) -> str:
         f"calls); slowest call {j['slowest_call_ms_client']:.2f} ms at the client, "
         f"{j['slowest_call_ms_server']:.2f} ms in Redis (SLOWLOG, calls over 1 ms)"
     )
+    for kind, label in (("legacy", "scrapy-redis-bloomfilter"), ("ours", "ours: bloom")):
+        if kind in res.concurrency:
+            c = res.concurrency[kind]
+            out.append(
+                f"{c['processes']} crawlers offering the same {c['distinct']:,} requests at once, "
+                f"{label}: {c['admitted']:,} admitted "
+                f"({c['admitted'] - c['distinct']:+,} vs distinct)"
+            )
     out.append("")
     for t in res.targets:
         mark = "met   " if t["met"] else "MISSED"
@@ -493,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes=sizes,
         )
         print(f"benchmark: {res.server}, sizes {sizes}", file=sys.stderr, flush=True)
-        for step in (throughput, footprint, migration, janitor):
+        for step in (throughput, footprint, migration, janitor, concurrency):
             print(f"  {step.__name__} ...", file=sys.stderr, flush=True)
             step(server.url, r, res, sizes)
     evaluate(res)

@@ -38,6 +38,10 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert all(row["round_trips"] == pytest.approx(1.0, abs=0.01) for row in ours.values())
     assert results["migration"]["fingerprints_per_s"] > 0
     assert results["janitor"]["removed"] == 1000
+    # Four crawlers at once: ours admits each request exactly once.
+    ours_crowd = results["concurrency"]["ours"]
+    assert ours_crowd["admitted"] == ours_crowd["distinct"] == 200
+    assert results["concurrency"]["legacy"]["admitted"] >= 200
     assert len(results["targets"]) >= 11
     assert "migrate-set-to-bloom: 5,000 members at" in proc.stdout
     assert proc.stdout.count("met ") + proc.stdout.count("MISSED ") == len(results["targets"])
