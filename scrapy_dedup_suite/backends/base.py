@@ -131,11 +131,6 @@ class DedupBackend(ABC):
         self._opened = False
         self.open()
 
-    def call_after_reopen(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-        """The hot paths' NOSCRIPT branch: reopen, then run the script."""
-        self.reopen()
-        return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-
     def _prepare(self) -> None:  # noqa: B027 - optional hook
         """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
 
@@ -157,18 +152,9 @@ class DedupBackend(ABC):
 
     # -- the operations -------------------------------------------------------------
 
-    @abstractmethod
-    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
-        """Record ``fingerprint``; return True if it was already recorded (seen).
-
-        One round trip, atomic on the server. ``expire`` (seconds) is honoured
-        by backends with per-fingerprint expiry and ignored by the others.
-        """
-
-    #: Lua scripts of the batched and non-recording operations: called with the
-    #: keys and arguments of :meth:`add_call` / :meth:`contains_call`; they
-    #: answer 0 for "new" / "absent". Backends without scripts override the
-    #: three methods below instead.
+    #: Lua scripts of the operations: called with the keys and arguments of
+    #: :meth:`add_call` / :meth:`contains_call`; they answer 0 for "new" /
+    #: "absent". Backends without scripts override the methods below instead.
     add_script: ClassVar[scripts.LuaScript | None] = None
     contains_script: ClassVar[scripts.LuaScript | None] = None
 
@@ -180,17 +166,27 @@ class DedupBackend(ABC):
         """Keys and arguments of :attr:`contains_script` for one fingerprint."""
         raise NotImplementedError
 
+    def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+        """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
+        try:
+            return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.reopen()
+            return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        """Record ``fingerprint``; return True if it was already recorded (seen).
+
+        One round trip, atomic on the server. ``expire`` (seconds) is honoured
+        by backends with per-fingerprint expiry and ignored by the others.
+        """
+        assert self.add_script is not None
+        return self.run_script(self.add_script, *self.add_call(fingerprint, expire)) != 0
+
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        keys, args = self.contains_call(fingerprint)
-        try:
-            found = self.server.execute_command(
-                "EVALSHA", self.contains_script.sha, len(keys), *keys, *args
-            )
-        except NoScriptError:
-            found = self.call_after_reopen(self.contains_script, keys, args)
-        return found != 0
+        return self.run_script(self.contains_script, *self.contains_call(fingerprint)) != 0
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""

@@ -15,7 +15,6 @@ import math
 import time
 from typing import Any
 
-from redis.exceptions import NoScriptError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
@@ -126,19 +125,6 @@ class BloomBackend(DedupBackend):
         except (ValueError, TypeError):
             check_fingerprint(fingerprint)
             raise
-
-    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
-        key = self.block_key(fingerprint)
-        try:
-            return (
-                self.server.execute_command(
-                    "EVALSHA", scripts.BLOOM_ADD.sha, 1, key, fingerprint, self._m, self._k
-                )
-                == 1
-            )
-        except NoScriptError:
-            args = [fingerprint, self._m, self._k]
-            return self.call_after_reopen(scripts.BLOOM_ADD, [key], args) == 1
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         return self.contains_call(fingerprint)

@@ -16,7 +16,6 @@ import time
 import zlib
 from typing import Any
 
-from redis.exceptions import NoScriptError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
@@ -75,19 +74,6 @@ class HashBackend(DedupBackend):
             },
             ("layout", "shards"),
         )
-
-    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
-        ttl = self._ttl_ms if expire is None else self._to_ms(expire)
-        key = self.shard_of(fingerprint)
-        try:
-            return (
-                self.server.execute_command(
-                    "EVALSHA", scripts.HASH_ADD.sha, 1, key, fingerprint, ttl
-                )
-                == 1
-            )
-        except NoScriptError:
-            return self.call_after_reopen(scripts.HASH_ADD, [key], [fingerprint, ttl]) == 1
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         ttl = self._ttl_ms if expire is None else self._to_ms(expire)

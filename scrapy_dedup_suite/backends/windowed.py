@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import NoScriptError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
@@ -140,18 +139,6 @@ class WindowedBloomBackend(DedupBackend):
 
     def _ttl_ms(self, now: float) -> int:
         return max(1, int((self._expire_at - now) * 1000))
-
-    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
-        now = self.now()
-        keys = self.live_keys(now)[self._block(fingerprint)]
-        args = (fingerprint, self._m, self._k, self._ttl_ms(now))
-        try:
-            result = self.server.execute_command(
-                "EVALSHA", scripts.WINDOWED_ADD.sha, len(keys), *keys, *args
-            )
-        except NoScriptError:
-            result = self.call_after_reopen(scripts.WINDOWED_ADD, keys, args)
-        return result != 0
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         now = self.now()
