@@ -36,6 +36,17 @@ def get_str(settings: BaseSettings | dict[str, Any], name: str) -> str:
     return value
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a bool: True/False, 1/0, or "true"/"false"/"1"/"0" as ``-s`` passes them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise DedupConfigError(f"{name} must be True or False, got {value!r}")
+
+
 def check_int(name: str, value: Any, *, minimum: int | None = None, allowed: str = "") -> int:
     """Return ``value`` as an int or raise a DedupConfigError naming ``name``."""
     if isinstance(value, bool):

@@ -13,6 +13,11 @@ from __future__ import annotations
 #: alone changes nothing in Redis.
 DEDUP_BACKEND = "set"
 
+#: Whether ``REDIS_URL`` (or ``REDIS_HOST``/``REDIS_PORT``) names a node of a
+#: Redis Cluster: the dupefilter then uses redis-py's ``RedisCluster`` client,
+#: which discovers the other nodes; ``REDIS_PARAMS`` apply to each node.
+DEDUP_REDIS_CLUSTER = False
+
 #: How a request becomes a fingerprint. ``"scrapy-redis"``: exactly
 #: scrapy-redis's ``RFPDupeFilter.request_fingerprint`` (40 hex characters), so
 #: fingerprint sets written by scrapy-redis are recognised as they are.

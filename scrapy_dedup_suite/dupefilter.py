@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import AskError, ClusterError, ReadOnlyError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import SlotNotCoveredError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
 from . import config
 from .backends import DedupBackend, get_backend_class
+from .backends.base import cluster_node_error
 from .connection import get_redis
 from .exceptions import DedupBackendError, InvalidFingerprintError, WrongKeyTypeError
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
@@ -34,8 +36,16 @@ logger = logging.getLogger(__name__)
 ON_ERROR = ("allow", "raise")
 
 #: Redis failures that may pass (connection lost, timeout, server loading or
-#: failing over); anything else is a bug or a misconfiguration and is raised.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+#: failing over, a cluster down or resharding); anything else is a bug or a
+#: misconfiguration and is raised.
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    ClusterError,  # CLUSTERDOWN, MASTERDOWN, redirections exhausted
+    TryAgainError,
+    SlotNotCoveredError,
+)
 
 
 def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) -> str:
@@ -222,6 +232,8 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def _translate(self, exc: ResponseError, fp: str) -> Exception:
         message = str(exc)
+        if isinstance(exc, AskError):
+            return cluster_node_error(exc)
         if "WRONGTYPE" in message:
             # Find out which key, and report it exactly.
             try:

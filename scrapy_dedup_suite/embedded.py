@@ -9,7 +9,8 @@ port. Nothing is installed system-wide and no root is needed.
         print(server.url)          # redis://127.0.0.1:PORT/0
 
 ``python -m scrapy_dedup_suite.embedded`` runs one in the foreground and prints
-its URL, for ``REDIS_URL=... scrapy crawl ...`` by hand.
+its URL, for ``REDIS_URL=... scrapy crawl ...`` by hand; with ``--cluster 3`` it
+runs a Redis Cluster of three masters instead (:class:`EmbeddedCluster`).
 
 Production crawls should use a real Redis server (``REDIS_URL``).
 """
@@ -147,13 +148,113 @@ class EmbeddedRedis:
         self.stop()
 
 
+class EmbeddedCluster:
+    """A Redis Cluster of ``masters`` servers on 127.0.0.1, slots split evenly.
+
+    Each node is an :class:`EmbeddedRedis` started with ``cluster-enabled``
+    (bus on a port of its own, so any free port works); the slots are assigned
+    with CLUSTER ADDSLOTSRANGE and the nodes introduced with CLUSTER MEET, so
+    no ``redis-cli`` is needed. ``url`` is the first node's, which is all a
+    ``RedisCluster`` client needs to discover the others.
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, masters: int = 3, binary: str = "", extra_args: Sequence[str] = ()) -> None:
+        if masters < 1:
+            raise ValueError(f"a cluster needs at least one master, got {masters}")
+        self.nodes: list[EmbeddedRedis] = []
+        self.bus_ports: list[int] = []
+        for _ in range(masters):
+            bus = _free_port()
+            self.bus_ports.append(bus)
+            args = [
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf",
+                "--cluster-port", str(bus),
+                "--cluster-node-timeout", "5000",
+                "--cluster-require-full-coverage", "yes",
+                *extra_args,
+            ]  # fmt: skip
+            self.nodes.append(EmbeddedRedis(binary=binary, extra_args=args))
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 30.0) -> EmbeddedCluster:
+        import redis
+
+        try:
+            for node in self.nodes:
+                node.start()
+            clients = [redis.Redis(port=node.port, decode_responses=True) for node in self.nodes]
+            per = self.SLOTS // len(clients)
+            for i, client in enumerate(clients):
+                last = self.SLOTS - 1 if i == len(clients) - 1 else (i + 1) * per - 1
+                client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)
+            for node, bus in zip(self.nodes[1:], self.bus_ports[1:]):
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
+            deadline = time.monotonic() + timeout
+            while not all(self._ready(client) for client in clients):
+                if time.monotonic() > deadline:
+                    raise EmbeddedServerError(
+                        f"the {len(clients)} cluster nodes did not agree within {timeout:.0f} s"
+                    )
+                time.sleep(0.05)
+            for client in clients:
+                client.close()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self, client: Any) -> bool:
+        fields = client.execute_command("CLUSTER INFO")  # parsed into a dict by redis-py
+        return (
+            fields.get("cluster_state") == "ok"
+            and int(fields.get("cluster_known_nodes", 0)) == len(self.nodes)
+            and int(fields.get("cluster_size", 0)) == len(self.nodes)
+        )
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
 def main(argv: list[str] | None = None) -> Any:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", default=".dedup-redis", help="data directory (saved on exit)")
     parser.add_argument("--port", type=int, default=6379)
+    parser.add_argument(
+        "--cluster", type=int, metavar="MASTERS", default=0,
+        help="run a throwaway Redis Cluster of MASTERS nodes on free ports instead",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+    if opts.cluster:
+        with EmbeddedCluster(opts.cluster) as cluster:
+            ports = ", ".join(str(node.port) for node in cluster.nodes)
+            print(
+                f"REDIS_URL={cluster.url}  DEDUP_REDIS_CLUSTER=True  (nodes on ports {ports}; "
+                "Ctrl-C stops them, nothing is kept)",
+                flush=True,
+            )
+            try:
+                while all(n.proc is not None and n.proc.poll() is None for n in cluster.nodes):
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+        return 0
     with EmbeddedRedis(opts.dir, opts.port) as server:
         print(f"REDIS_URL={server.url}  (Ctrl-C stops it and saves to {opts.dir})", flush=True)
         try:

@@ -1,4 +1,9 @@
-"""Fixtures: one real redis-server and one local web site per session, flushed per test."""
+"""Fixtures: one real redis-server, one real Redis Cluster (three masters from the
+same binary) and one local web site per session; servers flushed per test.
+
+A test module with ``ON_CLUSTER = True`` runs each test that uses ``server`` (or
+``topology``) twice: on the single server and on the cluster.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from scrapy_dedup_suite.backends import (
     BloomBackend,
@@ -18,7 +24,11 @@ from scrapy_dedup_suite.backends import (
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.windows import WindowSpec
 
+from scrapy_dedup_suite.embedded import EmbeddedCluster
+
 from .servers import RedisServer, Site, redis_server_binary
+
+TOPOLOGIES = ["single", "cluster"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -32,14 +42,58 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    cluster = EmbeddedCluster(3, binary=redis_server_binary()).start()
+    yield cluster
+    cluster.stop()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "topology" in metafunc.fixturenames and getattr(metafunc.module, "ON_CLUSTER", False):
+        metafunc.parametrize("topology", TOPOLOGIES)
+
+
 @pytest.fixture
-def server(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client as scrapy-redis builds it (bytes replies), on a flushed server."""
-    client = redis.Redis.from_url(redis_server.url)
+def topology() -> str:
+    """``"single"`` unless the module sets ON_CLUSTER (then also ``"cluster"``)."""
+    return "single"
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest, topology: str) -> str:
+    """URL of the single server, or of the cluster's first node."""
+    if topology == "cluster":
+        return request.getfixturevalue("redis_cluster").url
+    return request.getfixturevalue("redis_server").url
+
+
+@pytest.fixture
+def redis_settings(redis_url: str, topology: str) -> dict[str, Any]:
+    """The Scrapy settings that reach the server under test."""
+    return {"REDIS_URL": redis_url, "DEDUP_REDIS_CLUSTER": topology == "cluster"}
+
+
+def connect(url: str, topology: str) -> Any:
+    """A client as scrapy-redis builds it (bytes replies); a RedisCluster on the cluster."""
+    if topology == "cluster":
+        return RedisCluster.from_url(url)
+    return redis.Redis.from_url(url)
+
+
+@pytest.fixture
+def server(redis_url: str, topology: str) -> Iterator[Any]:
+    """A client on a flushed server (every master of the cluster flushed)."""
+    client = connect(redis_url, topology)
     client.flushall()
     client.script_flush()
     yield client
     client.close()
+
+
+def all_keys(client: Any) -> list[bytes]:
+    """Every key on the server or on every master of the cluster, sorted."""
+    return sorted(client.scan_iter(match="*", count=1000))
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +108,8 @@ def site() -> Iterator[Site]:
 
 BackendFactory = Callable[..., DedupBackend]
 
-SMALL = BloomParams.from_capacity(50_000, 0.001)
+# Four blocks, so that on the cluster one filter spans several slots and masters.
+SMALL = BloomParams.from_capacity(50_000, 0.001, blocks=4)
 
 BACKENDS: dict[str, BackendFactory] = {
     "set": lambda server, key="t:dedup", **kw: SetBackend(server, key),

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, NoScriptError, ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..exceptions import FilterMismatchError, WrongKeyTypeError
+from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,14 @@ def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+def cluster_node_error(exc: Exception) -> DedupConfigError:
+    """The error for a plain client that was redirected (MOVED/ASK) by a cluster node."""
+    return DedupConfigError(
+        f"Redis answered {str(exc).split(chr(10))[0]!r}: REDIS_URL points at a node of a Redis "
+        "Cluster. Set DEDUP_REDIS_CLUSTER = True so that the dupefilter uses a cluster client."
+    )
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,10 @@ class DedupBackend(ABC):
         :class:`FilterMismatchError` for a filter built with other parameters.
         """
         if not self._opened:
-            self._open()
+            try:
+                self._open()
+            except AskError as exc:  # MOVED / ASK: a cluster node seen through a plain client
+                raise cluster_node_error(exc) from None
             self._opened = True
 
     def meta_spec(self) -> MetaSpec | None:
