@@ -12,9 +12,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import AskError, ClusterError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import SlotNotCoveredError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings

@@ -22,9 +22,8 @@ from scrapy_dedup_suite.backends import (
     WindowedBloomBackend,
 )
 from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.windows import WindowSpec
-
 from scrapy_dedup_suite.embedded import EmbeddedCluster
+from scrapy_dedup_suite.windows import WindowSpec
 
 from .servers import RedisServer, Site, redis_server_binary
 
