@@ -1,8 +1,9 @@
 """The Redis client, built from the same settings scrapy-redis reads.
 
-``DEDUP_REDIS_CLUSTER = True`` makes it a :class:`redis.cluster.RedisCluster`:
-``REDIS_URL`` (or ``REDIS_HOST``/``REDIS_PORT``) names any node, the client
-discovers the others, and ``REDIS_PARAMS`` apply to every node connection.
+``DEDUP_REDIS_URL`` (default: ``REDIS_URL``) lets the fingerprints live on
+another server than scrapy-redis's queue. ``DEDUP_REDIS_CLUSTER = True`` makes
+the client a :class:`redis.cluster.RedisCluster`: the URL names any node, the
+client discovers the others, and ``REDIS_PARAMS`` apply to every node.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
-from scrapy.settings import BaseSettings
-from scrapy_redis.connection import get_redis_from_settings
+from scrapy.settings import BaseSettings, Settings
+from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from . import config
 from .exceptions import DedupConfigError
@@ -29,43 +30,63 @@ def is_cluster(server: Any) -> bool:
     return isinstance(server, RedisCluster)
 
 
+def nodes_of(server: Any, keys: list[str]) -> dict[str, int]:
+    """How many of ``keys`` each master holds: ``{"host:port": n}`` on a cluster,
+    ``{"server": len(keys)}`` on a single server."""
+    if not is_cluster(server):
+        return {"server": len(keys)}
+    counts: dict[str, int] = {}
+    for key in keys:
+        node = server.get_node_from_key(key).name
+        counts[node] = counts.get(node, 0) + 1
+    return counts
+
+
 def get_redis(settings: BaseSettings) -> Any:
-    """A client for ``REDIS_URL`` (or ``REDIS_HOST``/``REDIS_PORT``) with ``REDIS_PARAMS``,
-    exactly as scrapy-redis builds it, so both talk to the same server; a
-    ``RedisCluster`` client when ``DEDUP_REDIS_CLUSTER`` is true."""
+    """The dupefilter's client: ``DEDUP_REDIS_URL`` if set, else ``REDIS_URL`` (or
+    ``REDIS_HOST``/``REDIS_PORT``), with ``REDIS_PARAMS``, built exactly as
+    scrapy-redis builds its own, so both talk to the same server unless told
+    otherwise; a ``RedisCluster`` client when ``DEDUP_REDIS_CLUSTER`` is true."""
     params = settings.get("REDIS_PARAMS")
     if params is not None and not isinstance(params, (dict, BaseSettings)):
         raise DedupConfigError(
             f"REDIS_PARAMS must be a dict of redis-py client arguments, got {params!r}"
         )
-    url = settings.get("REDIS_URL")
+    url_setting = "DEDUP_REDIS_URL" if settings.get("DEDUP_REDIS_URL") else "REDIS_URL"
+    url = settings.get(url_setting)
     if url is not None and not isinstance(url, str):
         raise DedupConfigError(
-            f"REDIS_URL must be a string such as 'redis://127.0.0.1:6379/0', got {url!r}"
+            f"{url_setting} must be a string such as 'redis://127.0.0.1:6379/0', got {url!r}"
         )
     cluster = config.check_bool(
         "DEDUP_REDIS_CLUSTER",
         settings.get("DEDUP_REDIS_CLUSTER", config.default("DEDUP_REDIS_CLUSTER")),
     )
+    # The settings scrapy-redis reads, with the dupefilter's own URL.
+    chosen = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
+    chosen.set("REDIS_URL", url)
+    chosen.set("REDIS_PARAMS", dict(settings.getdict("REDIS_PARAMS")))
     if cluster:
-        return _cluster_client(settings, url)
+        return _cluster_client(chosen, url_setting, url)
     try:
-        return get_redis_from_settings(settings)
+        return get_redis_from_settings(chosen)
     except (ValueError, TypeError) as exc:
         raise DedupConfigError(
-            f"Cannot build a Redis client from REDIS_URL={url!r} / REDIS_PARAMS: {exc}. {URL_HELP}"
+            f"Cannot build a Redis client from {url_setting}={url!r} / REDIS_PARAMS: {exc}. "
+            f"{URL_HELP}"
         ) from exc
 
 
-def _cluster_client(settings: BaseSettings, url: str | None) -> Any:
+def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> Any:
     from redis.cluster import RedisCluster
 
     if url is not None and url.startswith("unix:"):
         raise DedupConfigError(
-            f"DEDUP_REDIS_CLUSTER is on but REDIS_URL={url!r} is a Unix socket; a Redis Cluster "
-            "is reached over TCP: set REDIS_URL to any node, e.g. redis://10.0.0.1:6379"
+            f"DEDUP_REDIS_CLUSTER is on but {url_setting}={url!r} is a Unix socket; a Redis "
+            f"Cluster is reached over TCP: set {url_setting} to any node, e.g. "
+            "redis://10.0.0.1:6379"
         )
-    params = dict(settings.getdict("REDIS_PARAMS"))
+    params = settings.getdict("REDIS_PARAMS")
     given = params.get("redis_cls")
     if given is not None and given not in (RedisCluster, "redis.cluster.RedisCluster"):
         raise DedupConfigError(
@@ -73,23 +94,21 @@ def _cluster_client(settings: BaseSettings, url: str | None) -> Any:
             "redis_cls (the dupefilter then uses redis.cluster.RedisCluster) or turn "
             "DEDUP_REDIS_CLUSTER off"
         )
-    params["redis_cls"] = RedisCluster
-    overridden = settings.copy()
-    overridden.set("REDIS_PARAMS", params)
+    settings.set("REDIS_PARAMS", {**params, "redis_cls": RedisCluster})
     where = url or f"{settings.get('REDIS_HOST', 'localhost')}:{settings.get('REDIS_PORT', 6379)}"
     try:
         # RedisCluster connects at once to learn the slot map.
-        return get_redis_from_settings(overridden)
+        return get_redis_from_settings(settings)
     except (ValueError, TypeError) as exc:
         raise DedupConfigError(
-            f"Cannot build a Redis Cluster client from REDIS_URL={url!r} / REDIS_PARAMS: {exc}. "
-            f"{URL_HELP} (database 0: a cluster has no other)"
+            f"Cannot build a Redis Cluster client from {url_setting}={url!r} / REDIS_PARAMS: "
+            f"{exc}. {URL_HELP} (database 0: a cluster has no other)"
         ) from exc
     except RedisClusterException as exc:
         raise DedupConfigError(
             f"DEDUP_REDIS_CLUSTER is on but {where} does not answer as a Redis Cluster node "
-            f"({exc}). Point REDIS_URL at a node of the cluster, or turn DEDUP_REDIS_CLUSTER off "
-            "for a single server."
+            f"({exc}). Point {url_setting} at a node of the cluster, or turn DEDUP_REDIS_CLUSTER "
+            "off for a single server."
         ) from exc
     except RedisError as exc:
         raise DedupConfigError(

@@ -13,9 +13,15 @@ from __future__ import annotations
 #: alone changes nothing in Redis.
 DEDUP_BACKEND = "set"
 
-#: Whether ``REDIS_URL`` (or ``REDIS_HOST``/``REDIS_PORT``) names a node of a
-#: Redis Cluster: the dupefilter then uses redis-py's ``RedisCluster`` client,
-#: which discovers the other nodes; ``REDIS_PARAMS`` apply to each node.
+#: Where the dupefilter keeps its fingerprints, if not on the server scrapy-redis
+#: uses (``REDIS_URL`` / ``REDIS_HOST`` / ``REDIS_PORT``). ``REDIS_PARAMS`` apply.
+#: Use it to put the fingerprints on a Redis Cluster while scrapy-redis's
+#: scheduler keeps its queue on a single server.
+DEDUP_REDIS_URL = None
+
+#: Whether that URL names a node of a Redis Cluster: the dupefilter then uses
+#: redis-py's ``RedisCluster`` client, which discovers the other nodes;
+#: ``REDIS_PARAMS`` apply to each node.
 DEDUP_REDIS_CLUSTER = False
 
 #: How a request becomes a fingerprint. ``"scrapy-redis"``: exactly

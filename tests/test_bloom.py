@@ -16,6 +16,8 @@ from scrapy_dedup_suite.exceptions import (
 
 from .conftest import fingerprints
 
+ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
+
 
 def test_sizing_follows_the_formulas():
     p = BloomParams.from_capacity(1_000_000, 0.001)

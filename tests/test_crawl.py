@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS
+from .conftest import BACKENDS, all_keys
+
+ON_CLUSTER = True  # the crawls also run against the three-master cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,9 +46,15 @@ def crawl(
     return result
 
 
-def settings_for(redis_server, backend: str, scheduler: str, **extra) -> dict:
+def settings_for(
+    redis_settings: dict, backend: str, scheduler: str, queue_url: str = "", **extra
+) -> dict:
+    where = dict(redis_settings)
+    if where["DEDUP_REDIS_CLUSTER"] and scheduler == "scrapy-redis":
+        # scrapy-redis's queue stays on a single server; the fingerprints go to the cluster.
+        where = {**where, "REDIS_URL": queue_url, "DEDUP_REDIS_URL": where["REDIS_URL"]}
     return {
-        "REDIS_URL": redis_server.url,
+        **where,
         "SCHEDULER": SCHEDULERS[scheduler],
         "DEDUP_BACKEND": backend,
         "DEDUP_BLOOM_CAPACITY": 100_000,
@@ -58,8 +66,12 @@ def settings_for(redis_server, backend: str, scheduler: str, **extra) -> dict:
 
 @pytest.mark.parametrize("scheduler", list(SCHEDULERS))
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_crawl_filters_every_duplicate(tmp_path, site, redis_server, server, backend, scheduler):
-    settings = settings_for(redis_server, backend, scheduler, SCHEDULER_PERSIST=True)
+def test_crawl_filters_every_duplicate(
+    tmp_path, site, redis_server, redis_settings, server, backend, scheduler
+):
+    settings = settings_for(
+        redis_settings, backend, scheduler, redis_server.url, SCHEDULER_PERSIST=True
+    )
     first = crawl(tmp_path, site, settings, "first")
     stats = first["stats"]
     unique = site.pages
@@ -83,11 +95,13 @@ def test_crawl_filters_every_duplicate(tmp_path, site, redis_server, server, bac
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_scrapy_redis_without_persist_clears_the_filter(
-    tmp_path, site, redis_server, server, backend
+    tmp_path, site, redis_server, redis_settings, server, backend
 ):
-    settings = settings_for(redis_server, backend, "scrapy-redis", SCHEDULER_PERSIST=False)
+    settings = settings_for(
+        redis_settings, backend, "scrapy-redis", redis_server.url, SCHEDULER_PERSIST=False
+    )
     server.set("unrelated", "keep")
     stats = crawl(tmp_path, site, settings)["stats"]
     assert stats["dedup/added"] == site.pages
     # scrapy-redis flushes on close: every key of the dupefilter is gone, nothing else.
-    assert server.keys("*") == [b"unrelated"]
+    assert all_keys(server) == [b"unrelated"]

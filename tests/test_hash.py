@@ -11,6 +11,8 @@ from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 
 from .conftest import fingerprints
 
+ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
+
 
 def server_ms(server) -> int:
     seconds, micros = server.time()

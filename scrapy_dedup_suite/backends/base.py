@@ -12,6 +12,7 @@ from redis.exceptions import AskError, NoScriptError, ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
+from ..connection import is_cluster, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ class DedupBackend(ABC):
         if spec is not None:
             self.refuse_orphans(found, spec.key)
             self.init_meta(spec)
+        if is_cluster(self.server):
+            self.check_spread([k for k in found if spec is None or k != spec.key])
         # Registered once here, so the first request costs no NOSCRIPT round trip
         # (they are reloaded on NOSCRIPT after a flush, restart or failover).
         for script in {self.add_script, self.contains_script} - {None}:
@@ -141,6 +144,27 @@ class DedupBackend(ABC):
         )
         self._opened = False
         self.open()
+
+    #: The setting that says how many keys the data is split into (for advice).
+    spread_setting: ClassVar[str] = ""
+
+    def check_spread(self, data_keys: Sequence[str]) -> None:
+        """On a cluster, warn when the data keys sit on fewer masters than they could."""
+        masters = len(self.server.get_primaries())
+        used = nodes_of(self.server, list(data_keys))
+        if len(used) < min(len(data_keys), masters) and self.spread_setting:
+            logger.warning(
+                "The %s dupefilter at %r keeps its data in %d key(s) on %d of the cluster's %d "
+                "masters. For an even spread set %s to a few times the number of masters "
+                "(e.g. %d) when the filter is created.",
+                self.name,
+                self.key,
+                len(data_keys),
+                len(used),
+                masters,
+                self.spread_setting,
+                4 * masters,
+            )
 
     def _prepare(self) -> None:  # noqa: B027 - optional hook
         """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
@@ -252,12 +276,16 @@ class DedupBackend(ABC):
     def info(self) -> dict[str, Any]:
         """What an operator wants to know: parameters, sizes, memory."""
         keys = self.owned_keys()
-        return {
+        info = {
             "backend": self.name,
             "key": self.key,
             "keys": len(keys),
             "memory_bytes": self.memory_usage(keys),
         }
+        if is_cluster(self.server):
+            # Which master holds how many of the keys (the record included).
+            info["nodes"] = nodes_of(self.server, keys)
+        return info
 
     # -- helpers for subclasses -------------------------------------------------------
 

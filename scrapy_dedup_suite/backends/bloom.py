@@ -90,6 +90,7 @@ def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
 class BloomBackend(DedupBackend):
     name = "bloom"
     is_bloom = True
+    spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.BLOOM_ADD
     contains_script = scripts.BLOOM_CONTAINS
 

@@ -25,6 +25,7 @@ from .base import LAYOUT_VERSION, DedupBackend, MetaSpec
 class HashBackend(DedupBackend):
     name = "hash"
     uses_expire = True
+    spread_setting = "DEDUP_HASH_SHARDS"
     add_script = scripts.HASH_ADD
     contains_script = scripts.HASH_CONTAINS
 

@@ -38,6 +38,7 @@ CLOCK_REFRESH = 60.0
 class WindowedBloomBackend(DedupBackend):
     name = "windowed-bloom"
     is_bloom = True
+    spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.WINDOWED_ADD
     contains_script = scripts.BLOOM_CONTAINS
 
