@@ -105,6 +105,11 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
             f"{exc}. {URL_HELP} (database 0: a cluster has no other)"
         ) from exc
     except RedisClusterException as exc:
+        if "cannot be connected" in str(exc):
+            raise DedupConfigError(
+                f"Cannot reach the Redis Cluster at {where} ({exc}). A cluster client reads the "
+                "slot map when it is built, so a node must answer at start-up."
+            ) from exc
         raise DedupConfigError(
             f"DEDUP_REDIS_CLUSTER is on but {where} does not answer as a Redis Cluster node "
             f"({exc}). Point {url_setting} at a node of the cluster, or turn DEDUP_REDIS_CLUSTER "

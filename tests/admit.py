@@ -1,6 +1,6 @@
 """One crawler process for the concurrency test: offers requests, prints its admissions.
 
-python -m tests.admit REDIS_URL BACKEND SEED N
+python -m tests.admit REDIS_URL CLUSTER BACKEND SEED N    (CLUSTER: 1 for a Redis Cluster)
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import json
 import random
 import sys
 
-import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter, build_backend
@@ -17,11 +16,20 @@ from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
 
 def main() -> None:
-    url, backend, seed, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    url, cluster, backend = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+    seed, n = int(sys.argv[4]), int(sys.argv[5])
     from scrapy import Request
 
-    settings = Settings({"DEDUP_BACKEND": backend, "DEDUP_BLOOM_CAPACITY": 100_000})
-    df = RFPDupeFilter(build_backend(settings, "crowd", server=redis.Redis.from_url(url)))
+    settings = Settings(
+        {
+            "REDIS_URL": url,
+            "DEDUP_REDIS_CLUSTER": cluster,
+            "DEDUP_BACKEND": backend,
+            "DEDUP_BLOOM_CAPACITY": 100_000,
+            "DEDUP_BLOOM_BLOCKS": 6,  # spread over the cluster's masters
+        }
+    )
+    df = RFPDupeFilter(build_backend(settings, "crowd"))
     df.open()
     requests = [Request(f"http://crowd.test/page/{i}") for i in range(n)]
     random.Random(seed).shuffle(requests)

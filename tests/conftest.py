@@ -2,7 +2,8 @@
 same binary) and one local web site per session; servers flushed per test.
 
 A test module with ``ON_CLUSTER = True`` runs each test that uses ``server`` (or
-``topology``) twice: on the single server and on the cluster.
+``topology``) twice: on the single server and on the cluster (unless the test is
+marked ``single_server``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def redis_cluster() -> Iterator[EmbeddedCluster]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "topology" in metafunc.fixturenames and getattr(metafunc.module, "ON_CLUSTER", False):
+    if (
+        "topology" in metafunc.fixturenames
+        and getattr(metafunc.module, "ON_CLUSTER", False)
+        and metafunc.definition.get_closest_marker("single_server") is None
+    ):
         metafunc.parametrize("topology", TOPOLOGIES)
 
 

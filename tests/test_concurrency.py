@@ -13,14 +13,17 @@ import pytest
 
 from .conftest import BACKENDS
 
+ON_CLUSTER = True  # the crowd also runs against the three-master cluster
+
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES, REQUESTS = 4, 3000
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_concurrent_crawlers_admit_each_request_once(redis_server, server, backend):
+def test_concurrent_crawlers_admit_each_request_once(redis_url, topology, server, backend):
     def crawler(seed: int) -> subprocess.Popen[str]:
-        args = [redis_server.url, backend, str(seed), str(REQUESTS)]
+        cluster = "1" if topology == "cluster" else "0"
+        args = [redis_url, cluster, backend, str(seed), str(REQUESTS)]
         return subprocess.Popen(
             [sys.executable, "-m", "tests.admit", *args],
             cwd=ROOT,

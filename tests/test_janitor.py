@@ -19,6 +19,9 @@ from scrapy_dedup_suite.windows import WindowSpec
 
 from .conftest import fingerprints
 from .test_crawl import crawl, settings_for
+from .test_migrate import setting_args
+
+ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,10 +113,10 @@ def test_stop_resumes_in_the_next_pass(server):
     assert all_fields(server, backend) == set(new)
 
 
-def janitor_command(redis_server, *args, timeout=120):
+def janitor_command(redis_settings, *args, timeout=120):
     cmd = [
         sys.executable, "-m", "scrapy.cmdline", "dedup-janitor",
-        "-s", f"REDIS_URL={redis_server.url}", "-s", "DEDUP_BACKEND=hash",
+        *setting_args(redis_settings), "-s", "DEDUP_BACKEND=hash",
         "-s", "DEDUP_HASH_SHARDS=4", *args,
     ]  # fmt: skip
     return subprocess.Popen(
@@ -122,10 +125,10 @@ def janitor_command(redis_server, *args, timeout=120):
     )  # fmt: skip
 
 
-def test_killed_janitor_is_finished_by_the_next(redis_server, server):
+def test_killed_janitor_is_finished_by_the_next(redis_settings, server):
     backend, old, new = seeded_hash(server, key="killed:dedup-hash", expired=30000, live=1000)
     proc = janitor_command(
-        redis_server, "--spider", "killed", "--once", "--batch", "5",
+        redis_settings, "--spider", "killed", "--once", "--batch", "5",
         "-s", "DEDUP_JANITOR_LOCK_TIMEOUT=1.5",
     )  # fmt: skip
     deadline = time.monotonic() + 60
@@ -147,13 +150,13 @@ def test_killed_janitor_is_finished_by_the_next(redis_server, server):
     assert all_fields(server, backend) == set(new)
 
 
-def test_command_once_prints_what_it_removed(redis_server, server):
+def test_command_once_prints_what_it_removed(redis_settings, server):
     seeded_hash(server, key="cmd:dedup-hash", expired=300, live=200)
-    proc = janitor_command(redis_server, "--spider", "cmd", "--once")
+    proc = janitor_command(redis_settings, "--spider", "cmd", "--once")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "removed 300 expired of 500 scanned fields (200 remain), pass finished" in out
-    proc = janitor_command(redis_server, "--key", "cmd:dedup-hash", "--once", "--json")
+    proc = janitor_command(redis_settings, "--key", "cmd:dedup-hash", "--once", "--json")
     out, err = proc.communicate(timeout=60)
     report = json.loads(out)
     assert report["removed"] == 0 and report["remaining"] == 200 and report["completed"]
@@ -168,17 +171,17 @@ def test_command_once_prints_what_it_removed(redis_server, server):
         (["--spider", "cmd", "--interval", "-1"], 1, "DEDUP_JANITOR_INTERVAL"),
     ],
 )
-def test_command_errors(redis_server, server, args, code, message):
+def test_command_errors(redis_settings, server, args, code, message):
     seeded_hash(server, key="cmd:dedup-hash", expired=1, live=1)
-    proc = janitor_command(redis_server, *args)
+    proc = janitor_command(redis_settings, *args)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code
     assert message in out + err
 
 
-def test_command_runs_as_a_service_until_terminated(redis_server, server):
+def test_command_runs_as_a_service_until_terminated(redis_settings, server):
     backend, _old, new = seeded_hash(server, key="svc:dedup-hash", expired=100, live=10)
-    proc = janitor_command(redis_server, "--spider", "svc", "--interval", "0.3")
+    proc = janitor_command(redis_settings, "--spider", "svc", "--interval", "0.3")
     first = proc.stdout.readline()  # the first pass runs at start
     assert "removed 100 expired" in first
     backend.add_many(fingerprints(50, salt="later"), expire=0.05)
@@ -239,14 +242,15 @@ def test_windowed_expiry_restored(server):
     assert report.filters[0]["label"] == current.rsplit(":", 1)[1]
 
 
-def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, server):
+def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, redis_settings, server):
     HashBackend(server, "site:dedup-hash", shards=4).open()
     HashBackend(server, "site:dedup-hash", shards=4).add_many(fingerprints(700), expire=0.05)
     time.sleep(0.1)
     settings = settings_for(
-        redis_server,
+        redis_settings,
         "hash",
         "scrapy",
+        redis_server.url,
         EXTENSIONS={"scrapy_dedup_suite.janitor.JanitorExtension": 500},
         DEDUP_JANITOR_INTERVAL=0.5,
         DOWNLOAD_DELAY=0.005,
