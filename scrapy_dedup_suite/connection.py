@@ -105,7 +105,7 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
             f"{exc}. {URL_HELP} (database 0: a cluster has no other)"
         ) from exc
     except RedisClusterException as exc:
-        if "cannot be connected" in str(exc):
+        if "not enabled" not in str(exc):  # not "Cluster mode is not enabled on this node"
             raise DedupConfigError(
                 f"Cannot reach the Redis Cluster at {where} ({exc}). A cluster client reads the "
                 "slot map when it is built, so a node must answer at start-up."
