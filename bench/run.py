@@ -121,6 +121,7 @@ class Results:
     migration: dict[str, float] = field(default_factory=dict)
     janitor: dict[str, float] = field(default_factory=dict)
     concurrency: dict[str, dict[str, int]] = field(default_factory=dict)
+    cluster: dict[str, dict[str, float]] = field(default_factory=dict)
     targets: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -382,6 +383,45 @@ def concurrency(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -
         res.concurrency[kind] = {"processes": processes, "distinct": n, "admitted": admitted}
 
 
+def on_cluster(binary: str, url: str, res: Results, sizes: dict[str, int]) -> None:
+    """Our backends on a 3-master Redis Cluster (same binary, same host) against the single
+    server, request_seen() in interleaved rounds: what the cluster client costs."""
+    from redis.cluster import RedisCluster
+
+    from scrapy_dedup_suite.embedded import EmbeddedCluster
+
+    with EmbeddedCluster(3, binary=binary) as cluster:
+        subjects = []
+        for kind in ("hash", "bloom", "windowed-bloom"):
+            pair = []
+            for where, server in (
+                ("single", redis.Redis.from_url(url)),
+                ("cluster", RedisCluster.from_url(cluster.url)),
+            ):
+                server.flushall()
+                backend = our_backend(kind, server, f"cl:{kind}", sizes["n"])
+                df = RFPDupeFilter(backend)
+                df.open()
+                df.request_seen(Request("http://bench.test/warm-up"))
+                pair.append((where, df.request_seen))
+            subjects.append((kind, pair))
+        for round_ in range(sizes["rounds"]):
+            reqs = requests(sizes["speed"], f"cluster{round_}")
+            for kind, pair in subjects:
+                for where, seen in pair:
+                    entry = res.cluster.setdefault(kind, {})
+                    entry[f"{where}_new_per_s"] = max(
+                        entry.get(f"{where}_new_per_s", 0), rate(seen, reqs)
+                    )
+                    entry[f"{where}_dup_per_s"] = max(
+                        entry.get(f"{where}_dup_per_s", 0), rate(seen, reqs)
+                    )
+        for entry in res.cluster.values():
+            entry["ratio"] = min(entry["cluster_new_per_s"], entry["cluster_dup_per_s"]) / min(
+                entry["single_new_per_s"], entry["single_dup_per_s"]
+            )
+
+
 def evaluate(res: Results) -> None:
     rows = {row.name.split(" (")[0]: row for row in res.rows}
     base = rows["scrapy-redis: set"]
@@ -469,6 +509,12 @@ def table(res: Results) -> str:
                 f"{label}: {c['admitted']:,} admitted "
                 f"({c['admitted'] - c['distinct']:+,} vs distinct)"
             )
+    for kind, e in res.cluster.items():
+        out.append(
+            f"ours: {kind} on a 3-master cluster: {e['cluster_new_per_s']:,.0f} new/s, "
+            f"{e['cluster_dup_per_s']:,.0f} dup/s; single server in the same rounds "
+            f"{e['single_new_per_s']:,.0f}/{e['single_dup_per_s']:,.0f} (ratio {e['ratio']:.2f})"
+        )
     out.append("")
     for t in res.targets:
         mark = "met   " if t["met"] else "MISSED"
@@ -537,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         for step in (throughput, footprint, migration, janitor, concurrency):
             print(f"  {step.__name__} ...", file=sys.stderr, flush=True)
             step(server.url, r, res, sizes)
+        print("  on_cluster ...", file=sys.stderr, flush=True)
+        on_cluster(binary, server.url, res, sizes)
     evaluate(res)
     text = table(res)
     print(text)

@@ -43,6 +43,8 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert ours_crowd["admitted"] == ours_crowd["distinct"] == 200
     assert results["concurrency"]["legacy"]["admitted"] >= 200
     assert len(results["targets"]) >= 11
+    assert sorted(results["cluster"]) == ["bloom", "hash", "windowed-bloom"]
+    assert all(e["cluster_new_per_s"] > 0 and e["ratio"] > 0 for e in results["cluster"].values())
     assert "migrate-set-to-bloom: 5,000 members at" in proc.stdout
     assert proc.stdout.count("met ") + proc.stdout.count("MISSED ") == len(results["targets"])
     assert (tmp_path / "results.png").stat().st_size > 10_000
