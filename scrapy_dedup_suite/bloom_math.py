@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .config import check_capacity, check_error_rate, check_int
+from .config import check_capacity, check_error_rate, check_float, check_int
 from .exceptions import DedupConfigError, InvalidFingerprintError
 
 SCHEME = "dh48-v1"
@@ -144,6 +144,101 @@ class BloomParams:
             out.append(pos)
             pos = (pos + step) % m
         return self.block_of(fingerprint), out
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a scalable filter: its size over the whole filter, and per block."""
+
+    index: int
+    capacity: int
+    error_rate: float
+    block_bits: int
+    hashes: int
+    block_capacity: int
+
+    def as_params(self, blocks: int) -> BloomParams:
+        return BloomParams(self.capacity, self.error_rate, self.block_bits, self.hashes, blocks)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Scalable Bloom filter (Almeida, Baquero, Preguiça, Hutchison, 2007).
+
+    Layer j holds ``capacity x expansion^j`` fingerprints at error rate
+    ``p_0 x tightening^j`` with ``p_0 = P x (1 - tightening)``, so the compound
+    false-positive rate stays below P (the sum of a geometric series) however
+    many layers there are. A layer fills per block: block b adds its next layer
+    when its newest one holds ``ceil(layer capacity / blocks)`` fingerprints
+    (counted exactly by the script that adds them). Layers stop at
+    ``max_layers``, or earlier where one block of the next layer would exceed
+    one Redis string (512 MB); past the last layer the filter degrades like a
+    fixed one and says so.
+    """
+
+    expansion: int = 2
+    tightening: float = 0.5
+    max_layers: int = 16
+
+    def __post_init__(self) -> None:
+        check_int(
+            "DEDUP_BLOOM_EXPANSION",
+            self.expansion,
+            minimum=1,
+            allowed="a whole factor >= 1 (2 doubles each new layer)",
+        )
+        check_float(
+            "DEDUP_BLOOM_TIGHTENING",
+            self.tightening,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+            allowed="a ratio strictly between 0 and 1 (e.g. 0.5)",
+        )
+        check_int("DEDUP_BLOOM_MAX_LAYERS", self.max_layers, minimum=1)
+
+    def first_layer(self, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
+        """Layer 0, whose error rate leaves room for every layer after it."""
+        error_rate = check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate)
+        return BloomParams.from_capacity(capacity, error_rate * (1 - self.tightening), blocks)
+
+    def compound_error_rate(self, first: BloomParams) -> float:
+        """The bound P: the sum over all layers of their error rates."""
+        return first.error_rate / (1 - self.tightening)
+
+    def layers(self, first: BloomParams) -> list[Layer]:
+        """Every layer the filter may have, layer 0 being ``first``."""
+        out = [
+            Layer(
+                0,
+                first.capacity,
+                first.error_rate,
+                first.block_bits,
+                first.hashes,
+                math.ceil(first.capacity / first.blocks),
+            )
+        ]
+        for j in range(1, self.max_layers):
+            capacity = first.capacity * self.expansion**j
+            rate = first.error_rate * self.tightening**j
+            total = optimal_bits(capacity, rate)
+            block_bits = max(8, math.ceil(total / first.blocks))
+            if block_bits > MAX_BLOCK_BITS:
+                break
+            hashes = optimal_hashes(total, capacity)
+            out.append(
+                Layer(j, capacity, rate, block_bits, hashes, math.ceil(capacity / first.blocks))
+            )
+        return out
+
+    def as_meta(self) -> dict[str, str]:
+        return {
+            "scaling": "1",
+            "expansion": str(self.expansion),
+            "tightening": repr(float(self.tightening)),
+            "max_layers": str(self.max_layers),
+        }
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")

@@ -62,6 +62,19 @@ DEDUP_BLOOM_ERROR_RATE = 0.001
 #: Redis string). Raise it to spread a filter over the masters of a cluster.
 DEDUP_BLOOM_BLOCKS = 0
 
+#: bloom / windowed-bloom: a scalable filter (Almeida et al., 2007) that adds
+#: a layer, ``DEDUP_BLOOM_EXPANSION`` times larger than the last, each time the
+#: newest one is full, so that the false-positive rate stays at or below
+#: ``DEDUP_BLOOM_ERROR_RATE`` past ``DEDUP_BLOOM_CAPACITY`` (which then sizes
+#: the first layer). Setting ``DEDUP_BLOOM_EXPANSION`` alone turns it on. Layer
+#: j has error rate ``p x (1 - t) x t^j`` for ``DEDUP_BLOOM_TIGHTENING`` t;
+#: layers stop at ``DEDUP_BLOOM_MAX_LAYERS`` (or where one block of the next
+#: would pass 512 MB). All fixed when the filter is created.
+DEDUP_BLOOM_SCALING = False
+DEDUP_BLOOM_EXPANSION = 2
+DEDUP_BLOOM_TIGHTENING = 0.5
+DEDUP_BLOOM_MAX_LAYERS = 16
+
 #: windowed-bloom: length of one bucket (``"hour"``, ``"day"``, ``"month"`` or
 #: a number of seconds), how many buckets are live, and the time zone whose
 #: calendar sets hour/day/month boundaries.

@@ -91,6 +91,17 @@ class JanitorReport:
             parts.append(f"{self.calls:,} calls, slowest {self.slowest_call_ms:.2f} ms")
         for f in self.filters:
             label = f" bucket {f['label']}" if "label" in f else ""
+            if "layers" in f:
+                layers = ", ".join(
+                    f"layer {x['layer']} {x['fill_ratio']:.0%} of {x['capacity']:,}"
+                    for x in f["layers"]
+                )
+                parts.append(
+                    f"scalable filter{label}: about {f['estimated_items']:,.0f} items in "
+                    f"{len(f['layers'])} layer(s) ({layers}), false-positive rate now "
+                    f"{f['estimated_error_rate']:.3g}"
+                )
+                continue
             parts.append(
                 f"filter{label}: fill {f['fill_ratio']:.2%}, about {f['estimated_items']:,.0f} "
                 f"items, false-positive rate now {f['estimated_error_rate']:.3g}"
@@ -286,14 +297,16 @@ class Janitor:
     def _bloom(self, backend: BloomBackend, report: JanitorReport) -> None:
         info = backend.info()
         fill = {k: info[k] for k in ("fill_ratio", "estimated_items", "estimated_error_rate")}
-        report.filters.append({**fill, "capacity": info["capacity"]})
+        report.filters.append({**fill, "capacity": info["capacity"], **_layers(info)})
         _capacity_warning(report, info, info["capacity"], info["error_rate"], "")
 
     def _windowed(self, backend: WindowedBloomBackend, report: JanitorReport) -> None:
         now = backend.now()
         window = backend.window
         for key in backend.bucket_keys_in_redis():
-            label = key.rsplit(":", 1)[1]
+            label = backend.label_of(key)
+            if label is None:
+                continue
             ttl_ms = max(1, int((window.label_expiry(label) - now) * 1000))
             if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
                 report.restored_expiry.append(key)
@@ -307,10 +320,18 @@ class Janitor:
             if not bucket["exists"]:
                 continue
             keep = ("label", "fill_ratio", "estimated_items", "estimated_error_rate", "ttl_ms")
-            report.filters.append({k: bucket[k] for k in keep})
+            report.filters.append({**{k: bucket[k] for k in keep}, **_layers(bucket)})
             _capacity_warning(
                 report, bucket, info["capacity_per_bucket"], info["error_rate"], bucket["label"]
             )
+
+
+def _layers(info: dict[str, Any]) -> dict[str, Any]:
+    """Each layer's fill, for a scalable filter (nothing for a fixed one)."""
+    if "layers" not in info:
+        return {}
+    keep = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
+    return {"layers": [{k: layer[k] for k in keep} for layer in info["layers"]]}
 
 
 def _capacity_warning(

@@ -18,6 +18,7 @@ from redis.exceptions import NoScriptError
 
 #: Fragments prepended to scripts that hash fingerprints to bit offsets.
 _SHARED = ("positions",)
+_LAYERED = ("positions", "layers")
 
 
 @cache
@@ -48,6 +49,8 @@ class LuaScript:
 BLOOM_ADD = LuaScript("bloom_add", shared=_SHARED)
 BLOOM_CONTAINS = LuaScript("bloom_contains", shared=_SHARED)
 WINDOWED_ADD = LuaScript("windowed_add", shared=_SHARED)
+SCALABLE_ADD = LuaScript("scalable_add", shared=_LAYERED)
+SCALABLE_CONTAINS = LuaScript("scalable_contains", shared=_LAYERED)
 HASH_ADD = LuaScript("hash_add")
 HASH_CONTAINS = LuaScript("hash_contains")
 META_INIT = LuaScript("meta_init")

@@ -188,10 +188,11 @@ class DedupBackend(ABC):
     # -- the operations -------------------------------------------------------------
 
     #: Lua scripts of the operations: called with the keys and arguments of
-    #: :meth:`add_call` / :meth:`contains_call`; they answer 0 for "new" /
-    #: "absent". Backends without scripts override the methods below instead.
-    add_script: ClassVar[scripts.LuaScript | None] = None
-    contains_script: ClassVar[scripts.LuaScript | None] = None
+    #: :meth:`add_call` / :meth:`contains_call`; they answer > 0 for "seen" /
+    #: "present", 0 for "new" / "absent", < 0 for "new" with news for
+    #: :meth:`on_grown`. Backends without scripts override the methods below.
+    add_script: scripts.LuaScript | None = None
+    contains_script: scripts.LuaScript | None = None
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         """Keys and arguments of :attr:`add_script` for one fingerprint."""
@@ -216,12 +217,15 @@ class DedupBackend(ABC):
         by backends with per-fingerprint expiry and ignored by the others.
         """
         assert self.add_script is not None
-        return self.run_script(self.add_script, *self.add_call(fingerprint, expire)) != 0
+        answer = self.run_script(self.add_script, *self.add_call(fingerprint, expire))
+        if answer < 0:
+            self.on_grown(answer)
+        return answer > 0
 
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        return self.run_script(self.contains_script, *self.contains_call(fingerprint)) != 0
+        return self.run_script(self.contains_script, *self.contains_call(fingerprint)) > 0
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""
@@ -230,7 +234,7 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.contains_call(fp) for fp in batch]
             results = scripts.run_many(self.server, self.contains_script, calls, self.reopen)
-            out += [r != 0 for r in results]
+            out += [r > 0 for r in results]
         return out
 
     def add_many(self, fingerprints: Iterable[str], expire: float | None = None) -> int:
@@ -240,8 +244,15 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.add_call(fp, expire) for fp in batch]
             results = scripts.run_many(self.server, self.add_script, calls, self.reopen)
-            added += sum(r == 0 for r in results)
+            added += sum(r <= 0 for r in results)
+            for answer in results:
+                if answer < 0:
+                    self.on_grown(answer)
         return added
+
+    def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
+        """A script added a fingerprint and answered < 0: a scalable filter added a
+        layer (-1) or is past its last one (-2). Override to report it."""
 
     @abstractmethod
     def owned_keys(self) -> list[str]:

@@ -11,6 +11,7 @@ one block, chosen from the fingerprint; a check-and-add is one Lua call
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -18,24 +19,73 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from ..bloom_math import BloomParams, check_fingerprint
+from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import DedupConfigError
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str
+
+logger = logging.getLogger(__name__)
 
 #: Bytes one BITCOUNT call counts when measuring fill (keeps each call short).
 _BITCOUNT_CHUNK = 1 << 20
 
 #: Meta fields that must match for the stored bits to mean the same thing.
 COMPARED = ("layout", "scheme", "block_bits", "hashes", "blocks")
+#: ... and for a scalable filter, its growth.
+SCALING_COMPARED = ("scaling", "expansion", "tightening", "max_layers", "compound_error_rate")
 
 
-def bloom_params_from_settings(settings: BaseSettings) -> BloomParams:
+def scaling_from_settings(settings: BaseSettings) -> Scaling | None:
+    """``DEDUP_BLOOM_SCALING`` / ``DEDUP_BLOOM_EXPANSION`` / ``DEDUP_BLOOM_TIGHTENING`` /
+    ``DEDUP_BLOOM_MAX_LAYERS``: None for a fixed filter. Setting an expansion
+    factor alone turns scaling on."""
+    expansion_set = config.has(settings, "DEDUP_BLOOM_EXPANSION")
+    if config.has(settings, "DEDUP_BLOOM_SCALING"):
+        scaling = config.check_bool("DEDUP_BLOOM_SCALING", settings.get("DEDUP_BLOOM_SCALING"))
+        if not scaling and expansion_set:
+            raise DedupConfigError(
+                "DEDUP_BLOOM_SCALING is False but DEDUP_BLOOM_EXPANSION is set; an expansion "
+                "factor only means something for a scalable filter. Remove one of them."
+            )
+    else:
+        scaling = expansion_set or config.default("DEDUP_BLOOM_SCALING")
+    if not scaling:
+        return None
+    return Scaling(
+        expansion=config.check_int(
+            "DEDUP_BLOOM_EXPANSION",
+            settings.get("DEDUP_BLOOM_EXPANSION", config.default("DEDUP_BLOOM_EXPANSION")),
+            minimum=1,
+            allowed="a whole factor >= 1 (2 doubles each new layer)",
+        ),
+        tightening=settings.get("DEDUP_BLOOM_TIGHTENING", config.default("DEDUP_BLOOM_TIGHTENING")),
+        max_layers=config.check_int(
+            "DEDUP_BLOOM_MAX_LAYERS",
+            settings.get("DEDUP_BLOOM_MAX_LAYERS", config.default("DEDUP_BLOOM_MAX_LAYERS")),
+            minimum=1,
+        ),
+    )
+
+
+def bloom_params_from_settings(
+    settings: BaseSettings, scaling: Scaling | None = None
+) -> BloomParams:
     """Filter shape from ``DEDUP_BLOOM_*``, or from scrapy-redis-bloomfilter's
-    ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER`` for people moving over."""
+    ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER`` for people moving over.
+    With ``scaling``: the shape of the first layer."""
     error_rate = settings.get("DEDUP_BLOOM_ERROR_RATE", config.default("DEDUP_BLOOM_ERROR_RATE"))
     legacy = config.has(settings, "BLOOMFILTER_BIT") or config.has(
         settings, "BLOOMFILTER_HASH_NUMBER"
     )
+    capacity = settings.get("DEDUP_BLOOM_CAPACITY", config.default("DEDUP_BLOOM_CAPACITY"))
+    blocks = settings.get("DEDUP_BLOOM_BLOCKS", config.default("DEDUP_BLOOM_BLOCKS"))
+    if scaling is not None:
+        if legacy:
+            raise DedupConfigError(
+                "A scalable filter (DEDUP_BLOOM_SCALING / DEDUP_BLOOM_EXPANSION) is sized by "
+                "DEDUP_BLOOM_CAPACITY and DEDUP_BLOOM_ERROR_RATE; remove BLOOMFILTER_BIT and "
+                "BLOOMFILTER_HASH_NUMBER."
+            )
+        return scaling.first_layer(capacity, error_rate, blocks)
     if legacy:
         if config.has(settings, "DEDUP_BLOOM_CAPACITY"):
             raise DedupConfigError(
@@ -48,11 +98,7 @@ def bloom_params_from_settings(settings: BaseSettings) -> BloomParams:
             settings.get("BLOOMFILTER_HASH_NUMBER", 6),
             config.check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate),
         )
-    return BloomParams.from_capacity(
-        settings.get("DEDUP_BLOOM_CAPACITY", config.default("DEDUP_BLOOM_CAPACITY")),
-        error_rate,
-        settings.get("DEDUP_BLOOM_BLOCKS", config.default("DEDUP_BLOOM_BLOCKS")),
-    )
+    return BloomParams.from_capacity(capacity, error_rate, blocks)
 
 
 def block_prefix(key: str, block: int) -> str:
@@ -87,32 +133,189 @@ def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
     }
 
 
-class BloomBackend(DedupBackend):
+class Layered:
+    """What the bloom and windowed-bloom backends share about scalable filters.
+
+    ``self.params`` is the fixed filter, or the first layer of a scalable one
+    (build it with :meth:`Scaling.first_layer`); ``self.scaling`` is None for a
+    fixed filter.
+    """
+
+    server: Any
+    key: str
+    name: str
+    meta_key: str
+    params: BloomParams
+    scaling: Scaling | None
+    layers: list[Layer]
+    _schedule: list[str]
+    _full_warned: bool
+
+    def _set_shape(self, params: BloomParams, scaling: Scaling | None) -> None:
+        self.params = params
+        self.scaling = scaling
+        self._m = str(params.block_bits)
+        self._k = str(params.hashes)
+        self.layers_added = 0
+        self._full_warned = False
+        if scaling is None:
+            self.layers = []
+            self._schedule = []
+            return
+        self.layers = scaling.layers(params)
+        self._schedule = [str(len(self.layers))]
+        for layer in self.layers:
+            self._schedule += [str(layer.block_bits), str(layer.hashes), str(layer.block_capacity)]
+        self.add_script = scripts.SCALABLE_ADD
+        self.contains_script = scripts.SCALABLE_CONTAINS
+
+    @property
+    def error_rate(self) -> float:
+        """The designed false-positive rate (for a scalable filter: the compound bound)."""
+        if self.scaling is None:
+            return self.params.error_rate
+        return self.scaling.compound_error_rate(self.params)
+
+    def shape_meta(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        fields = {"backend": self.name, "layout": LAYOUT_VERSION, **self.params.as_meta()}
+        if self.scaling is None:
+            return fields, COMPARED
+        fields.update(self.scaling.as_meta(), compound_error_rate=repr(self.error_rate))
+        return fields, (*COMPARED, *SCALING_COMPARED)
+
+    def adopt_stored_first_layer(self) -> None:
+        """A scalable filter keeps the first layer it was created with.
+
+        Its initial capacity is a creation-time choice (``scrapy
+        migrate-set-to-bloom`` sizes it from the source set), so a crawler
+        configured with another DEDUP_BLOOM_CAPACITY uses the stored one, as long
+        as everything that decides the growth (error rate, expansion,
+        tightening, layers, blocks, scheme) is the same; those are still checked.
+        """
+        if self.scaling is None:
+            return
+        stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.meta_key).items()}
+        if stored.get("scaling") != "1" or "capacity" not in stored:
+            return
+        try:
+            capacity = int(stored["capacity"])
+        except ValueError:
+            return
+        if capacity == self.params.capacity:
+            return
+        first = self.scaling.first_layer(capacity, self.error_rate, self.params.blocks)
+        logger.info(
+            "The scalable %s filter at %r was created with a first layer for %s fingerprints "
+            "(DEDUP_BLOOM_CAPACITY here: %s); using the stored one",
+            self.name,
+            self.key,
+            f"{capacity:,}",
+            f"{self.params.capacity:,}",
+        )
+        self._set_shape(first, self.scaling)
+
+    def layered_args(self, fingerprint: str, ttl_ms: int) -> list[Any]:
+        return [fingerprint, ttl_ms, *self._schedule]
+
+    def on_grown(self, answer: int) -> None:
+        if answer == -1:
+            self.layers_added += 1
+            logger.info("The scalable %s filter at %r added a layer", self.name, self.key)
+        elif answer == -2 and not self._full_warned:
+            self._full_warned = True
+            last = self.layers[-1]
+            logger.warning(
+                "The scalable %s filter at %r is past its last layer (%d layers, the last for "
+                "%s fingerprints at %.2g): its false-positive rate now grows. Raise "
+                "DEDUP_BLOOM_MAX_LAYERS or DEDUP_BLOOM_BLOCKS for a new filter, or move to a "
+                "larger one.",
+                self.name,
+                self.key,
+                len(self.layers),
+                f"{last.capacity:,}",
+                last.error_rate,
+            )
+
+    def layer_keys(self, base: str) -> list[str]:
+        """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
+        return [base] + [f"{base}:L{j}" for j in range(1, len(self.layers))]
+
+    def layer_report(self, bases: list[str]) -> list[dict[str, Any]]:
+        """Per layer: size, how many blocks use it, items counted, fill."""
+        pipe = self.server.pipeline(transaction=False)
+        for base in bases:
+            pipe.hmget(f"{base}:layers", "n", "count")
+        states = [(int(n or 1), int(c or 0)) for n, c in pipe.execute()]
+        out = []
+        for layer in self.layers:
+            j = layer.index
+            using = [(base, n, c) for base, (n, c) in zip(bases, states) if n > j]
+            items = sum(c if n == j + 1 else layer.block_capacity for _, n, c in using)
+            keys = [self.layer_keys(base)[j] for base, _, _ in using]
+            set_bits = sum(bitmap_fill(self.server, k, layer.block_bits) for k in keys)
+            params = layer.as_params(self.params.blocks)
+            fill = fill_report(params, set_bits)
+            # Only the last layer the schedule allows can be over its capacity: the
+            # others hand over to the next layer when full.
+            fill["over_capacity"] = fill["over_capacity"] and j == len(self.layers) - 1
+            out.append(
+                {
+                    "layer": j,
+                    "capacity": layer.capacity,
+                    "error_rate": layer.error_rate,
+                    "bits": params.total_bits,
+                    "hashes": layer.hashes,
+                    "blocks_using": len(using),
+                    "items": items,
+                    **fill,
+                }
+            )
+            if not using:
+                break
+        return out
+
+
+class BloomBackend(Layered, DedupBackend):
     name = "bloom"
     is_bloom = True
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.BLOOM_ADD
     contains_script = scripts.BLOOM_CONTAINS
 
-    def __init__(self, server: Any, key: str, params: BloomParams | None = None) -> None:
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        params: BloomParams | None = None,
+        scaling: Scaling | None = None,
+    ) -> None:
+        """``params``: the filter, or with ``scaling`` its first layer
+        (``scaling.first_layer(capacity, error_rate)``)."""
         super().__init__(server, key)
         if params is None:
             params = BloomParams.from_capacity(
                 config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE")
             )
-        self.params = params
         self.meta_key = f"{key}:meta"
         self.block_keys = [block_prefix(key, b) for b in range(params.blocks)]
-        self._m = str(params.block_bits)
-        self._k = str(params.hashes)
+        self._set_shape(params, scaling)
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> BloomBackend:
-        return cls(server, key, bloom_params_from_settings(settings))
+        scaling = scaling_from_settings(settings)
+        return cls(server, key, bloom_params_from_settings(settings, scaling), scaling)
 
     def meta_spec(self) -> MetaSpec:
-        fields = {"backend": self.name, "layout": LAYOUT_VERSION, **self.params.as_meta()}
-        return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, COMPARED)
+        fields, compared = self.shape_meta()
+        return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compared)
+
+    def _open(self) -> None:
+        self.adopt_stored_first_layer()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.adopt_stored_first_layer()
+        return super().verify()
 
     def _prepare(self) -> None:
         for block in self.block_keys:
@@ -131,23 +334,45 @@ class BloomBackend(DedupBackend):
         return self.contains_call(fingerprint)
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        if self.scaling is not None:
+            return [self.block_key(fingerprint)], self.layered_args(fingerprint, 0)
         return [self.block_key(fingerprint)], [fingerprint, self._m, self._k]
 
     def owned_keys(self) -> list[str]:
-        return [*self.block_keys, self.meta_key]
+        return list(self.expected_types())
 
     def expected_types(self) -> dict[str, str]:
-        return {**dict.fromkeys(self.block_keys, "string"), self.meta_key: "hash"}
+        types = dict.fromkeys(self.block_keys, "string")
+        if self.scaling is not None:
+            for block in self.block_keys:
+                types.update(dict.fromkeys(self.layer_keys(block)[1:], "string"))
+                types[f"{block}:layers"] = "hash"
+        types[self.meta_key] = "hash"
+        return types
 
     def info(self) -> dict[str, Any]:
         info = super().info()
         set_bits = sum(bitmap_fill(self.server, k, self.params.block_bits) for k in self.block_keys)
         info.update(
             capacity=self.params.capacity,
-            error_rate=self.params.error_rate,
+            error_rate=self.error_rate,
             bits=self.params.total_bits,
             hashes=self.params.hashes,
             blocks=self.params.blocks,
             **fill_report(self.params, set_bits),
         )
+        if self.scaling is not None:
+            layers = self.layer_report(self.block_keys)
+            info.update(
+                scaling=True,
+                expansion=self.scaling.expansion,
+                tightening=self.scaling.tightening,
+                max_layers=len(self.layers),
+                layers=layers,
+                # Over the layers in use, the rate their fill implies, summed.
+                estimated_error_rate=min(1.0, sum(x["estimated_error_rate"] for x in layers)),
+                estimated_items=sum(x["estimated_items"] for x in layers),
+                over_capacity=layers[-1]["layer"] == len(self.layers) - 1
+                and layers[-1]["over_capacity"],
+            )
         return info

@@ -26,16 +26,23 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from ..bloom_math import BloomParams, check_fingerprint
+from ..bloom_math import BloomParams, Scaling, check_fingerprint
 from ..windows import Bucket, WindowSpec
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str
-from .bloom import COMPARED, bitmap_fill, block_prefix, bloom_params_from_settings, fill_report
+from .base import DedupBackend, MetaSpec, as_str
+from .bloom import (
+    Layered,
+    bitmap_fill,
+    block_prefix,
+    bloom_params_from_settings,
+    fill_report,
+    scaling_from_settings,
+)
 
 #: How often the offset between this host's clock and the server's is re-read.
 CLOCK_REFRESH = 60.0
 
 
-class WindowedBloomBackend(DedupBackend):
+class WindowedBloomBackend(Layered, DedupBackend):
     name = "windowed-bloom"
     is_bloom = True
     spread_setting = "DEDUP_BLOOM_BLOCKS"
@@ -49,8 +56,10 @@ class WindowedBloomBackend(DedupBackend):
         params: BloomParams | None = None,
         window: WindowSpec | None = None,
         *,
+        scaling: Scaling | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        """``params``: each bucket's filter, or with ``scaling`` its first layer."""
         super().__init__(server, key)
         if params is None:
             params = BloomParams.from_capacity(
@@ -62,12 +71,10 @@ class WindowedBloomBackend(DedupBackend):
                 config.default("DEDUP_WINDOW_COUNT"),
                 config.default("DEDUP_WINDOW_TZ"),
             )
-        self.params = params
         self.window = window
         self.meta_key = f"{key}:meta"
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
-        self._m = str(params.block_bits)
-        self._k = str(params.hashes)
+        self._set_shape(params, scaling)
         self._clock = clock
         self._offset = 0.0
         self._offset_until = -1.0
@@ -75,10 +82,11 @@ class WindowedBloomBackend(DedupBackend):
         self._valid_from = self._valid_until = 0.0
         self._expire_at = 0.0
         self._keys: list[list[str]] = []
-        label = r"[0-9]+"
+        # {K:block}:label, and for a scalable filter its :L<j> layers and :layers record.
         self._bucket_re = re.compile(
-            "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:") + f"({label})$"
-        )
+            "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:")
+            + r"([0-9]+)(:L[0-9]+|:layers)?$"
+        )  # fmt: skip
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> WindowedBloomBackend:
@@ -87,7 +95,10 @@ class WindowedBloomBackend(DedupBackend):
             settings.get("DEDUP_WINDOW_COUNT", config.default("DEDUP_WINDOW_COUNT")),
             settings.get("DEDUP_WINDOW_TZ", config.default("DEDUP_WINDOW_TZ")),
         )
-        return cls(server, key, bloom_params_from_settings(settings), window)
+        scaling = scaling_from_settings(settings)
+        return cls(
+            server, key, bloom_params_from_settings(settings, scaling), window, scaling=scaling
+        )
 
     # -- time --------------------------------------------------------------------------
 
@@ -120,14 +131,18 @@ class WindowedBloomBackend(DedupBackend):
     # -- the interface -------------------------------------------------------------------
 
     def meta_spec(self) -> MetaSpec:
-        fields = {
-            "backend": self.name,
-            "layout": LAYOUT_VERSION,
-            **self.params.as_meta(),
-            **self.window.as_meta(),
-        }
-        compare = (*COMPARED, "window", "window_count", "window_tz")
+        fields, compared = self.shape_meta()
+        fields.update(self.window.as_meta())
+        compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
+
+    def _open(self) -> None:
+        self.adopt_stored_first_layer()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.adopt_stored_first_layer()
+        return super().verify()
 
     def _block(self, fingerprint: str) -> int:
         if self.params.blocks == 1:
@@ -144,10 +159,20 @@ class WindowedBloomBackend(DedupBackend):
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         now = self.now()
         keys = self.live_keys(now)[self._block(fingerprint)]
+        if self.scaling is not None:
+            return keys, self.layered_args(fingerprint, self._ttl_ms(now))
         return keys, [fingerprint, self._m, self._k, self._ttl_ms(now)]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        return self.live_keys()[self._block(fingerprint)], [fingerprint, self._m, self._k]
+        keys = self.live_keys()[self._block(fingerprint)]
+        if self.scaling is not None:
+            return keys, self.layered_args(fingerprint, 0)
+        return keys, [fingerprint, self._m, self._k]
+
+    def label_of(self, key: str) -> str | None:
+        """The bucket label in a key of this filter (bucket, layer or layer record)."""
+        match = self._bucket_re.match(key)
+        return match.group(2) if match else None
 
     def bucket_keys_in_redis(self) -> list[str]:
         """Every bucket key of this filter that exists now, live or not (SCAN)."""
@@ -161,13 +186,21 @@ class WindowedBloomBackend(DedupBackend):
         return sorted(found)
 
     def owned_keys(self) -> list[str]:
-        """The live buckets, any other bucket of this filter still in Redis, the record."""
-        live = [key for keys in self.live_keys() for key in keys]
-        return [*sorted({*live, *self.bucket_keys_in_redis()}), self.meta_key]
+        """The live buckets (with their layers), any other key of this filter still in
+        Redis, the record."""
+        return list(self.expected_types())
 
     def expected_types(self) -> dict[str, str]:
-        keys = self.owned_keys()
-        return {**dict.fromkeys(keys[:-1], "string"), self.meta_key: "hash"}
+        live = []
+        for keys in self.live_keys():
+            for bucket in keys:
+                live += self.layer_keys(bucket) if self.scaling is not None else [bucket]
+                if self.scaling is not None:
+                    live.append(f"{bucket}:layers")
+        keys = sorted({*live, *self.bucket_keys_in_redis()})
+        types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
+        types[self.meta_key] = "hash"
+        return types
 
     def info(self) -> dict[str, Any]:
         info = super().info()
@@ -177,18 +210,26 @@ class WindowedBloomBackend(DedupBackend):
             keys = [self.bucket_key(b, bucket) for b in range(self.params.blocks)]
             ttls = [int(self.server.pttl(k)) for k in keys]
             set_bits = sum(bitmap_fill(self.server, k, self.params.block_bits) for k in keys)
-            buckets.append(
-                {
-                    "label": bucket.label,
-                    "current": j == 0,
-                    "exists": any(t != -2 for t in ttls),
-                    "ttl_ms": max(ttls),
-                    **fill_report(self.params, set_bits),
-                }
-            )
+            entry = {
+                "label": bucket.label,
+                "current": j == 0,
+                "exists": any(t != -2 for t in ttls),
+                "ttl_ms": max(ttls),
+                **fill_report(self.params, set_bits),
+            }
+            if self.scaling is not None:
+                layers = self.layer_report(keys)
+                entry.update(
+                    layers=layers,
+                    estimated_items=sum(x["estimated_items"] for x in layers),
+                    estimated_error_rate=min(1.0, sum(x["estimated_error_rate"] for x in layers)),
+                    over_capacity=layers[-1]["layer"] == len(self.layers) - 1
+                    and layers[-1]["over_capacity"],
+                )
+            buckets.append(entry)
         info.update(
             capacity_per_bucket=self.params.capacity,
-            error_rate=self.params.error_rate,
+            error_rate=self.error_rate,
             bits_per_bucket=self.params.total_bits,
             hashes=self.params.hashes,
             blocks=self.params.blocks,

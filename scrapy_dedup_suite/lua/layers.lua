@@ -1,0 +1,92 @@
+-- Scalable Bloom filters (Almeida et al., 2007), one per block (or per bucket of
+-- a block). Layer j (1-based here) of the filter at base lives at base (j = 1)
+-- or base..':L'..(j-1): the same hash tag, so the same cluster slot. The hash
+-- base..':layers' holds n (layers in use; missing = 1) and count (fingerprints
+-- added to the newest layer). The schedule of every possible layer comes in
+-- ARGV from index i: L, then m, k and capacity per block of each layer.
+
+local function dedup_schedule(i)
+  local count = tonumber(ARGV[i])
+  local s = {}
+  for j = 1, count do
+    local b = i + 3 * (j - 1)
+    s[j] = { tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) }
+  end
+  return s
+end
+
+local function dedup_layer_key(base, j)
+  if j == 1 then return base end
+  return base .. ':L' .. (j - 1)
+end
+
+-- Layers in use and the count of the newest one.
+local function dedup_layer_state(base)
+  local st = rcall('HMGET', base .. ':layers', 'n', 'count')
+  return tonumber(st[1]) or 1, tonumber(st[2]) or 0
+end
+
+-- h1, h2 of a hex fingerprint (nil when it is not one); see positions.lua.
+local function dedup_hashes(fp)
+  if #fp < 32 or not strfind(fp, '^%x+$') then
+    return nil
+  end
+  return tonumber(strsub(fp, 1, 12), 16), tonumber(strsub(fp, 13, 24), 16)
+end
+
+local function dedup_offsets(h1, h2, m, k)
+  local pos, step, out = h1 % m, h2 % m, {}
+  for i = 1, k do
+    out[i] = pos
+    pos = (pos + step) % m
+  end
+  return out
+end
+
+local function dedup_too_many(base, n, sched)
+  return redis.error_reply('ERR dedup: ' .. base .. ':layers records ' .. n ..
+    ' layers but this schedule has ' .. #sched .. ': the filter was grown with other parameters')
+end
+
+-- Whether a layer of the filter at base holds the fingerprint (n: its layers).
+local function dedup_layers_hold(base, n, sched, h1, h2)
+  for j = n, 1, -1 do -- newest first: recent fingerprints are the likeliest duplicates
+    local layer = sched[j]
+    if dedup_first_missing(dedup_layer_key(base, j), dedup_offsets(h1, h2, layer[1], layer[2])) == 0 then
+      return true
+    end
+  end
+  return false
+end
+
+-- Add to the newest layer, after adding a layer when that one is full.
+-- Returns 0, or -1 when a layer was added, or -2 when the newest layer was full
+-- and it is the last one the schedule allows (the fingerprint is added anyway).
+-- ttl > 0: keys created here get that expiry in milliseconds (time buckets).
+local function dedup_layers_add(base, n, count, sched, h1, h2, ttl)
+  local state = base .. ':layers'
+  local code = 0
+  if count >= sched[n][3] then
+    if n < #sched then
+      n = n + 1
+      code = -1
+      rcall('HSET', state, 'n', n, 'count', 0)
+    else
+      code = -2
+    end
+  end
+  local layer = sched[n]
+  local key = dedup_layer_key(base, n)
+  local offsets = dedup_offsets(h1, h2, layer[1], layer[2])
+  local first = dedup_first_missing(key, offsets)
+  dedup_ensure_bitmap(key, layer[1])
+  if first > 0 then
+    dedup_set_from(key, offsets, first)
+  end
+  rcall('HINCRBY', state, 'count', 1)
+  if ttl > 0 then
+    if rcall('PTTL', key) == -1 then rcall('PEXPIRE', key, ttl) end
+    if rcall('PTTL', state) == -1 then rcall('PEXPIRE', state, ttl) end
+  end
+  return code
+end
