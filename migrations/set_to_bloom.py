@@ -84,6 +84,7 @@ class Plan:
     resulting_error_rate: float
     new_members: int = 0  # members not in the target yet (estimated from a sample)
     bucket: str = ""
+    layers: int = 0  # a scalable target: the most layers it may have (0: a fixed filter)
 
     def describe(self) -> str:
         where = f" (current bucket {self.bucket})" if self.bucket else ""
@@ -102,9 +103,20 @@ class Plan:
                 f"{_mb(self.target_memory)}",
                 f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                 f"false-positive rate about {self.resulting_error_rate:.3g}",
-                f"merges  one BITOP OR over {_mb(self.target_memory / self.blocks)} per block "
-                "and round: Redis pauses that long (about 1.3 ms per MiB on a 2-core host)",
+                self._how(),
             ]
+        )
+
+    def _how(self) -> str:
+        if self.layers:
+            return (
+                f"writes  through the filter's own script, pipelined: layers are counted and "
+                f"added as for a crawler (up to {self.layers}; the capacity above is theirs "
+                "together, the first layer's figures are shown)"
+            )
+        return (
+            f"merges  one BITOP OR over {_mb(self.target_memory / self.blocks)} per block "
+            "and round: Redis pauses that long (about 1.3 ms per MiB on a 2-core host)"
         )
 
 
@@ -239,6 +251,8 @@ class SetToBloom:
         source_memory = int(self.server.memory_usage(self.source) or 0)
         try:
             exists = self.target.verify()
+            if not exists:
+                self._size_first_layer(members)
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
         already = 0.0
@@ -261,25 +275,47 @@ class SetToBloom:
         bucket = ""
         if isinstance(self.target, WindowedBloomBackend):
             bucket = self.target.live_keys()[0][0].rsplit(":", 1)[1]
+        resulting = p.designed_rate(already + new_members)
+        capacity = p.capacity
+        if self.target.scaling is not None:
+            # A scalable target grows: its capacity is that of every layer it may add.
+            capacity = sum(layer.capacity for layer in self.target.layers)
+            resulting = self.target.error_rate if already + new_members <= capacity else 1.0
         plan = Plan(
             source=self.source,
             target=self.target.key,
             backend=self.target.name,
             members=members,
             source_memory=source_memory,
-            capacity=p.capacity,
-            error_rate=p.error_rate,
+            capacity=capacity,
+            error_rate=self.target.error_rate,
             bits=p.total_bits,
             hashes=p.hashes,
             blocks=p.blocks,
             target_memory=p.memory_bytes,
             target_exists=exists,
             items_already=already,
-            resulting_error_rate=p.designed_rate(already + new_members),
+            resulting_error_rate=resulting,
             new_members=new_members,
             bucket=bucket,
+            layers=len(self.target.layers),
         )
         return plan
+
+    def _size_first_layer(self, members: int) -> None:
+        """A scalable target created by the migration gets a first layer that holds
+        the whole set at the designed rate (or the configured one, if larger)."""
+        scaling = self.target.scaling
+        if scaling is None or members <= self.params.capacity:
+            return
+        first = scaling.first_layer(members, self.target.error_rate, self.params.blocks)
+        logger.info(
+            "migrate-set-to-bloom: the scalable target's first layer is sized for the "
+            "source's %s fingerprints (configured: %s)",
+            f"{members:,}",
+            f"{self.params.capacity:,}",
+        )
+        self.target._set_shape(first, scaling)
 
     def check_capacity(self, plan: Plan) -> None:
         if plan.items_already + plan.new_members > plan.capacity and not self.force:
@@ -323,8 +359,13 @@ class SetToBloom:
         first = True
         while first or cursor != 0:
             first = False
-            cursor, read, maps = self._round(cursor, report)
-            self._merge(maps)
+            if self.target.scaling is not None:
+                # Through the backend's own script: layers count and grow exactly as
+                # they do for a crawler.
+                cursor, read = self._round_layered(cursor, report)
+            else:
+                cursor, read, maps = self._round(cursor, report)
+                self._merge(maps)
             report.rounds += 1
             report.migrated += read
             self.server.hset(
@@ -406,6 +447,21 @@ class SetToBloom:
                 self.progress(report.migrated + read, report.plan.members)
         return cursor, read, maps
 
+    def _round_layered(self, cursor: int, report: Report) -> tuple[int, int]:
+        """Read up to ``round_size`` members from ``cursor`` and add them with the
+        scalable filter's script, pipelined. Returns (next cursor, members read)."""
+        read = 0
+        for next_cursor, batch in self._scan(cursor, self.round_size):
+            cursor = next_cursor
+            read += len(batch)
+            members = [as_str(m) for m in batch]
+            good = [m for m in members if is_hex_fingerprint(m)]
+            report.skipped += [m for m in members if not is_hex_fingerprint(m)]
+            self.target.add_many(good)
+            if self.progress is not None:
+                self.progress(report.migrated + read, report.plan.members)
+        return cursor, read
+
     def _target_keys(self, block: int) -> tuple[str, int]:
         """The key bits go into for ``block`` and the expiry (ms) it must carry, or 0."""
         if isinstance(self.target, WindowedBloomBackend):
@@ -440,7 +496,9 @@ class SetToBloom:
     # -- verification -------------------------------------------------------------------
 
     def _verify(self, report: Report) -> None:
-        if self.verify_mode == "all":
+        if self.verify_mode == "all" and self.target.scaling is not None:
+            missing, checked = self._verify_all_by_script(report)
+        elif self.verify_mode == "all":
             missing, checked = self._verify_all(report)
         else:
             sample = [
@@ -458,6 +516,17 @@ class SetToBloom:
                 f"Verification failed: {len(missing):,} of {checked:,} source fingerprints are not "
                 f"in the target, e.g. {missing[:3]!r}. The source was left as it is."
             )
+
+    def _verify_all_by_script(self, report: Report) -> tuple[list[str], int]:
+        """Every member checked with the target's own membership script."""
+        missing: list[str] = []
+        checked = 0
+        for _, batch in self._scan(0):
+            members = [m for m in (as_str(x) for x in batch) if is_hex_fingerprint(m)]
+            found = self.target.contains_many(members)
+            missing += [m for m, ok in zip(members, found) if not ok]
+            checked += len(members)
+        return missing, checked
 
     def _verify_all(self, report: Report) -> tuple[list[str], int]:
         """Every member checked against the target's bits, read back from Redis."""

@@ -22,7 +22,7 @@ from scrapy_dedup_suite.backends import (
     SetBackend,
     WindowedBloomBackend,
 )
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 from scrapy_dedup_suite.windows import WindowSpec
 
@@ -123,8 +123,23 @@ BACKENDS: dict[str, BackendFactory] = {
         server, key, kw.get("params", SMALL), kw.get("window", WindowSpec.parse("day", 3))
     ),
 }
+#: The DEDUP_BACKEND names (crawls and processes take these).
+NAMES = list(BACKENDS)
 
-BLOOM_BACKENDS = ["bloom", "windowed-bloom"]
+# Scalable variants, their first layer small enough that the shared tests grow
+# them past it (2,500 fingerprints over layers of 1,000, 2,000, ...).
+SCALING = Scaling(expansion=2)
+FIRST_LAYER = SCALING.first_layer(1_000, 0.0001, blocks=4)
+BACKENDS["bloom+scaling"] = lambda server, key="t:dedup", **kw: BloomBackend(
+    server, key, kw.get("params", FIRST_LAYER), SCALING
+)
+BACKENDS["windowed-bloom+scaling"] = lambda server, key="t:dedup", **kw: WindowedBloomBackend(
+    server,
+    key,
+    kw.get("params", FIRST_LAYER),
+    kw.get("window", WindowSpec.parse("day", 3)),
+    scaling=SCALING,
+)
 
 
 @pytest.fixture(params=list(BACKENDS))

@@ -152,7 +152,9 @@ def test_scripts_survive_script_flush(make_backend, server):
 
 
 # The set backend keeps scrapy-redis's layout exactly: it has no parameter record.
-@pytest.mark.parametrize("backend_name", ["hash", "bloom", "windowed-bloom"])
+@pytest.mark.parametrize(
+    "backend_name", ["hash", "bloom", "windowed-bloom", "bloom+scaling", "windowed-bloom+scaling"]
+)
 def test_meta_of_another_backend_is_refused(make_backend, server, backend_name):
     server.hset("t:dedup:meta", mapping={"backend": "something-else", "layout": "1"})
     with pytest.raises(FilterMismatchError, match="something-else"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS
+from .conftest import NAMES
 
 ON_CLUSTER = True  # the crowd also runs against the three-master cluster
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROCESSES, REQUESTS = 4, 3000
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", NAMES)
 def test_concurrent_crawlers_admit_each_request_once(redis_url, topology, server, backend):
     def crawler(seed: int) -> subprocess.Popen[str]:
         cluster = "1" if topology == "cluster" else "0"

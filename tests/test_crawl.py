@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS, all_keys
+from .conftest import NAMES, all_keys
 
 ON_CLUSTER = True  # the crawls also run against the three-master cluster
 
@@ -65,7 +65,7 @@ def settings_for(
 
 
 @pytest.mark.parametrize("scheduler", list(SCHEDULERS))
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", NAMES)
 def test_crawl_filters_every_duplicate(
     tmp_path, site, redis_server, redis_settings, server, backend, scheduler
 ):
@@ -93,7 +93,7 @@ def test_crawl_filters_every_duplicate(
     assert second["stats"]["dedup/filtered"] == 1
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", NAMES)
 def test_scrapy_redis_without_persist_clears_the_filter(
     tmp_path, site, redis_server, redis_settings, server, backend
 ):
