@@ -20,12 +20,20 @@ is the most significant bit of byte 0).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .config import check_capacity, check_error_rate, check_float, check_int
 from .exceptions import DedupConfigError, InvalidFingerprintError
 
 SCHEME = "dh48-v1"
+
+#: The scheme of scalable filters' layers: the same double hashing, with m a
+#: prime and the step drawn from 1 .. m-1 (``1 + h2 mod (m - 1)``), so the k
+#: offsets of every fingerprint are distinct even in a small layer (with
+#: dh48-v1, a step of 0 or one sharing a large factor with m collapses them,
+#: which costs nothing at the sizes fixed filters have but dominates the error
+#: of a first layer of a few hundred bits).
+SCHEME_PRIME = "dh48p-v1"
 
 #: One Redis string holds at most 512 MB = 2^32 bits.
 MAX_BLOCK_BITS = 2**32
@@ -42,6 +50,38 @@ def optimal_bits(capacity: int, error_rate: float) -> int:
 def optimal_hashes(bits: int, capacity: int) -> int:
     """k = round(m / n * ln 2), at least 1."""
     return max(1, round(bits / capacity * math.log(2)))
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3e24."""
+    if n < 2:
+        return False
+    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+    for p in small:
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d //= 2
+        r += 1
+    for a in small:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def next_prime(n: int) -> int:
+    """The smallest prime >= n."""
+    while not _is_prime(n):
+        n += 1
+    return n
 
 
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:
@@ -138,7 +178,10 @@ class BloomParams:
         check_fingerprint(fingerprint)
         m = self.block_bits
         pos = int(fingerprint[0:12], 16) % m
-        step = int(fingerprint[12:24], 16) % m
+        if self.scheme == SCHEME_PRIME:
+            step = 1 + int(fingerprint[12:24], 16) % (m - 1)
+        else:
+            step = int(fingerprint[12:24], 16) % m
         out = []
         for _ in range(self.hashes):
             out.append(pos)
@@ -158,7 +201,9 @@ class Layer:
     block_capacity: int
 
     def as_params(self, blocks: int) -> BloomParams:
-        return BloomParams(self.capacity, self.error_rate, self.block_bits, self.hashes, blocks)
+        return BloomParams(
+            self.capacity, self.error_rate, self.block_bits, self.hashes, blocks, SCHEME_PRIME
+        )
 
 
 @dataclass(frozen=True)
@@ -201,7 +246,11 @@ class Scaling:
     def first_layer(self, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
         """Layer 0, whose error rate leaves room for every layer after it."""
         error_rate = check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate)
-        return BloomParams.from_capacity(capacity, error_rate * (1 - self.tightening), blocks)
+        fixed = BloomParams.from_capacity(capacity, error_rate * (1 - self.tightening), blocks)
+        block_bits = next_prime(max(fixed.block_bits, 3))
+        if block_bits > MAX_BLOCK_BITS:  # only just under a block's limit: one block more
+            return self.first_layer(capacity, error_rate, fixed.blocks + 1)
+        return replace(fixed, block_bits=block_bits, scheme=SCHEME_PRIME)
 
     def compound_error_rate(self, first: BloomParams) -> float:
         """The bound P: the sum over all layers of their error rates."""
@@ -223,7 +272,7 @@ class Scaling:
             capacity = first.capacity * self.expansion**j
             rate = first.error_rate * self.tightening**j
             total = optimal_bits(capacity, rate)
-            block_bits = max(8, math.ceil(total / first.blocks))
+            block_bits = next_prime(max(8, math.ceil(total / first.blocks)))
             if block_bits > MAX_BLOCK_BITS:
                 break
             hashes = optimal_hashes(total, capacity)

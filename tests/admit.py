@@ -1,6 +1,7 @@
 """One crawler process for the concurrency test: offers requests, prints its admissions.
 
-python -m tests.admit REDIS_URL CLUSTER BACKEND SEED N    (CLUSTER: 1 for a Redis Cluster)
+python -m tests.admit REDIS_URL CLUSTER BACKEND SEED N [SETTINGS_JSON]
+(CLUSTER: 1 for a Redis Cluster; SETTINGS_JSON: more settings)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
             "DEDUP_BACKEND": backend,
             "DEDUP_BLOOM_CAPACITY": 100_000,
             "DEDUP_BLOOM_BLOCKS": 6,  # spread over the cluster's masters
+            **(json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}),
         }
     )
     df = RFPDupeFilter(build_backend(settings, "crowd"))

@@ -19,11 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PROCESSES, REQUESTS = 4, 3000
 
 
-@pytest.mark.parametrize("backend", NAMES)
-def test_concurrent_crawlers_admit_each_request_once(redis_url, topology, server, backend):
+def run_crowd(
+    url: str, topology: str, backend: str, requests: int, settings: dict | None = None
+) -> Counter:
+    """PROCESSES crawler processes offer the same ``requests`` requests, each in its own
+    order, at the same moment; returns how often each fingerprint was admitted."""
+
     def crawler(seed: int) -> subprocess.Popen[str]:
         cluster = "1" if topology == "cluster" else "0"
-        args = [redis_url, cluster, backend, str(seed), str(REQUESTS)]
+        args = [url, cluster, backend, str(seed), str(requests), json.dumps(settings or {})]
         return subprocess.Popen(
             [sys.executable, "-m", "tests.admit", *args],
             cwd=ROOT,
@@ -39,11 +43,17 @@ def test_concurrent_crawlers_admit_each_request_once(redis_url, topology, server
     for p in procs:  # all offer the same requests, each in its own order, at once
         p.stdin.write("go\n")
         p.stdin.flush()
-    admitted = Counter()
+    admitted: Counter = Counter()
     for p in procs:
         out, _ = p.communicate(timeout=120)
         assert p.returncode == 0
         admitted.update(json.loads(out))
+    return admitted
+
+
+@pytest.mark.parametrize("backend", NAMES)
+def test_concurrent_crawlers_admit_each_request_once(redis_url, topology, server, backend):
+    admitted = run_crowd(redis_url, topology, backend, REQUESTS)
     # Never admitted twice, by any two processes.
     assert max(admitted.values()) == 1
     if backend in ("set", "hash"):

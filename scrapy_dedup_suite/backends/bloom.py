@@ -20,7 +20,7 @@ from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
-from ..exceptions import DedupConfigError
+from ..exceptions import DedupConfigError, FilterMismatchError
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str
 
 logger = logging.getLogger(__name__)
@@ -183,6 +183,20 @@ class Layered:
         fields.update(self.scaling.as_meta(), compound_error_rate=repr(self.error_rate))
         return fields, (*COMPARED, *SCALING_COMPARED)
 
+    def compare_meta(self, spec: MetaSpec, stored: Any) -> None:
+        if stored.get("backend") == spec.fields["backend"]:
+            kinds = {None: "fixed", "1": "scalable"}
+            was, now = stored.get("scaling"), spec.fields.get("scaling")
+            if was != now:
+                raise FilterMismatchError(
+                    f"The {self.name} filter at {self.key!r} was created as a "
+                    f"{kinds.get(was, repr(was))} filter (scaling: stored {was!r}) and is opened "
+                    f"as a {kinds.get(now, repr(now))} one. Set DEDUP_BLOOM_SCALING (or "
+                    "DEDUP_BLOOM_EXPANSION) as when it was created, or point the dupefilter at "
+                    "another key with SCHEDULER_DUPEFILTER_KEY."
+                )
+        super().compare_meta(spec, stored)  # type: ignore[misc]
+
     def adopt_stored_first_layer(self) -> None:
         """A scalable filter keeps the first layer it was created with.
 
@@ -250,6 +264,8 @@ class Layered:
         for layer in self.layers:
             j = layer.index
             using = [(base, n, c) for base, (n, c) in zip(bases, states) if n > j]
+            if not using:
+                break
             items = sum(c if n == j + 1 else layer.block_capacity for _, n, c in using)
             keys = [self.layer_keys(base)[j] for base, _, _ in using]
             set_bits = sum(bitmap_fill(self.server, k, layer.block_bits) for k in keys)
@@ -270,8 +286,6 @@ class Layered:
                     **fill,
                 }
             )
-            if not using:
-                break
         return out
 
 

@@ -26,7 +26,9 @@ local function dedup_layer_state(base)
   return tonumber(st[1]) or 1, tonumber(st[2]) or 0
 end
 
--- h1, h2 of a hex fingerprint (nil when it is not one); see positions.lua.
+-- h1, h2 of a hex fingerprint (nil when it is not one). Offsets: scheme
+-- dh48p-v1 (bloom_math.py): m is a prime, the step 1 + h2 mod (m - 1), so the k
+-- offsets are distinct.
 local function dedup_hashes(fp)
   if #fp < 32 or not strfind(fp, '^%x+$') then
     return nil
@@ -35,7 +37,7 @@ local function dedup_hashes(fp)
 end
 
 local function dedup_offsets(h1, h2, m, k)
-  local pos, step, out = h1 % m, h2 % m, {}
+  local pos, step, out = h1 % m, 1 + h2 % (m - 1), {}
   for i = 1, k do
     out[i] = pos
     pos = (pos + step) % m
