@@ -50,6 +50,7 @@ SIZES = {
         "janitor": 1_000_000,
         "rounds": 3,
         "crowd": 5_000,
+        "scaling": 100_000,
     },
     "quick": {
         "n": 50_000,
@@ -59,6 +60,7 @@ SIZES = {
         "janitor": 100_000,
         "rounds": 3,
         "crowd": 1_000,
+        "scaling": 20_000,
     },
     "smoke": {
         "n": 2_000,
@@ -68,6 +70,7 @@ SIZES = {
         "janitor": 2_000,
         "rounds": 1,
         "crowd": 200,
+        "scaling": 2_000,
     },
 }
 ERROR_RATE = 0.001
@@ -122,6 +125,7 @@ class Results:
     janitor: dict[str, float] = field(default_factory=dict)
     concurrency: dict[str, dict[str, int]] = field(default_factory=dict)
     cluster: dict[str, dict[str, float]] = field(default_factory=dict)
+    scaling: list[dict[str, float]] = field(default_factory=list)
     targets: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -383,6 +387,50 @@ def concurrency(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -
         res.concurrency[kind] = {"processes": processes, "distinct": n, "admitted": admitted}
 
 
+def scaling(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> None:
+    """A scalable filter and a fixed one of the same initial size, filled to 1x, 2x, 4x
+    and 8x that size: measured false-positive rate, memory, request_seen() speed."""
+    from scrapy_dedup_suite.backends import BloomBackend
+    from scrapy_dedup_suite.bloom_math import Scaling
+
+    n0 = sizes["scaling"]
+    growth = Scaling(expansion=2)
+    r.flushall()
+    scalable = BloomBackend(client(url), "sc:grow", growth.first_layer(n0, ERROR_RATE), growth)
+    scalable.open()
+    fixed = BloomBackend(client(url), "sc:fixed", BloomParams.from_capacity(n0, ERROR_RATE))
+    fixed.open()
+    never = fingerprints(max(100_000, n0), "sc-never")
+    filled = 0
+    for times in (1, 2, 4, 8):
+        batch = fingerprints(n0 * times - filled, f"sc-fill{times}")
+        scalable.add_many(batch)
+        fixed.add_many(batch)
+        filled += len(batch)
+        # Speed of the worst case, a fingerprint no layer holds (every layer is
+        # looked at), by the one-call membership test, which records nothing.
+        absent = never[: sizes["speed"]]
+        speed = {"scalable": 0.0, "fixed": 0.0}
+        for _ in range(sizes["rounds"]):
+            for name, backend in (("scalable", scalable), ("fixed", fixed)):
+                speed[name] = max(speed[name], rate(backend.contains, absent))
+        info = scalable.info()
+        res.scaling.append(
+            {
+                "times": times,
+                "items": filled,
+                "layers": len(info["layers"]),
+                "fp_rate_scalable": sum(scalable.contains_many(never)) / len(never),
+                "fp_rate_fixed": sum(fixed.contains_many(never)) / len(never),
+                "designed": ERROR_RATE,
+                "bytes_per_fp_scalable": info["memory_bytes"] / filled,
+                "bytes_per_fp_fixed": fixed.info()["memory_bytes"] / filled,
+                "lookups_per_s_scalable": speed["scalable"],
+                "lookups_per_s_fixed": speed["fixed"],
+            }
+        )
+
+
 def on_cluster(binary: str, url: str, res: Results, sizes: dict[str, int]) -> None:
     """Our backends on a 3-master Redis Cluster (same binary, same host) against the single
     server, request_seen() in interleaved rounds: what the cluster client costs."""
@@ -457,6 +505,9 @@ def evaluate(res: Results) -> None:
     legacy = [
         row for row in res.rows if row.name.startswith("scrapy-redis-bloomfilter") and row.new_per_s
     ]
+    for x in res.scaling:
+        target(f"scalable bloom fp rate / designed at {x['times']}x the initial capacity",
+               x["fp_rate_scalable"] / x["designed"], 1.15, False)  # fmt: skip
     if legacy:
         target("bloom throughput / scrapy-redis-bloomfilter", min(bloom.new_per_s, bloom.dup_per_s)
                / max(min(x.new_per_s, x.dup_per_s) for x in legacy), 10)  # fmt: skip
@@ -509,6 +560,14 @@ def table(res: Results) -> str:
                 f"{label}: {c['admitted']:,} admitted "
                 f"({c['admitted'] - c['distinct']:+,} vs distinct)"
             )
+    for x in res.scaling:
+        out.append(
+            f"scalable vs fixed bloom (initial capacity {res.sizes['scaling']:,}, p = "
+            f"{x['designed']}) at {x['times']}x: fp rate {x['fp_rate_scalable']:.2e} vs "
+            f"{x['fp_rate_fixed']:.2e}, {x['layers']} layer(s), {x['bytes_per_fp_scalable']:.2f} "
+            f"vs {x['bytes_per_fp_fixed']:.2f} B/fp, absent lookups "
+            f"{x['lookups_per_s_scalable']:,.0f} vs {x['lookups_per_s_fixed']:,.0f}/s"
+        )
     for kind, e in res.cluster.items():
         out.append(
             f"ours: {kind} on a 3-master cluster: {e['cluster_new_per_s']:,.0f} new/s, "
@@ -580,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes=sizes,
         )
         print(f"benchmark: {res.server}, sizes {sizes}", file=sys.stderr, flush=True)
-        for step in (throughput, footprint, migration, janitor, concurrency):
+        for step in (throughput, footprint, migration, janitor, concurrency, scaling):
             print(f"  {step.__name__} ...", file=sys.stderr, flush=True)
             step(server.url, r, res, sizes)
         print("  on_cluster ...", file=sys.stderr, flush=True)

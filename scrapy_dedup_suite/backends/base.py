@@ -234,6 +234,7 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.contains_call(fp) for fp in batch]
             results = scripts.run_many(self.server, self.contains_script, calls, self.reopen)
+            results = self.redo(self.contains_script, calls, results)
             out += [r > 0 for r in results]
         return out
 
@@ -244,11 +245,22 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.add_call(fp, expire) for fp in batch]
             results = scripts.run_many(self.server, self.add_script, calls, self.reopen)
+            results = self.redo(self.add_script, calls, results)
             added += sum(r <= 0 for r in results)
             for answer in results:
                 if answer < 0:
                     self.on_grown(answer)
         return added
+
+    def redo(
+        self,
+        script: scripts.LuaScript,
+        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+        results: list[Any],
+    ) -> list[Any]:
+        """Hook for answers of a pipelined batch that ask for the call to be made
+        again (see :class:`~.bloom.Layered`); by default there are none."""
+        return results
 
     def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
         """A script added a fingerprint and answered < 0: a scalable filter added a

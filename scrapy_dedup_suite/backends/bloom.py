@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from scrapy.settings import BaseSettings
@@ -163,9 +164,13 @@ class Layered:
             self._schedule = []
             return
         self.layers = scaling.layers(params)
-        self._schedule = [str(len(self.layers))]
+        self._schedule = []
         for layer in self.layers:
             self._schedule += [str(layer.block_bits), str(layer.hashes), str(layer.block_capacity)]
+        # Layers sent with each call: those known to be in use, and one more.
+        self._known = 1
+        self._send: list[str] = []
+        self._know(1)
         self.add_script = scripts.SCALABLE_ADD
         self.contains_script = scripts.SCALABLE_CONTAINS
 
@@ -228,8 +233,42 @@ class Layered:
         )
         self._set_shape(first, self.scaling)
 
+    def _know(self, layers: int) -> None:
+        """Some block uses ``layers`` layers: send that many and one more from now on."""
+        if layers > len(self.layers):
+            raise FilterMismatchError(
+                f"A block of the scalable {self.name} filter at {self.key!r} uses {layers} "
+                f"layers; these settings allow {len(self.layers)}. It was grown with another "
+                "DEDUP_BLOOM_MAX_LAYERS; use the settings it was created with."
+            )
+        self._known = max(self._known, layers)
+        sent = min(len(self.layers), self._known + 1)
+        self._send = [str(len(self.layers)), *self._schedule[: 3 * sent]]
+
     def layered_args(self, fingerprint: str, ttl_ms: int) -> list[Any]:
-        return [fingerprint, ttl_ms, *self._schedule]
+        return [fingerprint, ttl_ms, *self._send]
+
+    def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+        answer = super().run_script(script, keys, args)  # type: ignore[misc]
+        while self.scaling is not None and answer <= -11:
+            # A block uses (or is about to add) a layer this call was not sent.
+            self._know(-answer - 10)
+            args = [*args[:2], *self._send]
+            answer = super().run_script(script, keys, args)  # type: ignore[misc]
+        return answer
+
+    def redo(
+        self,
+        script: scripts.LuaScript,
+        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+        results: list[Any],
+    ) -> list[Any]:
+        if self.scaling is None:
+            return results
+        return [
+            self.run_script(script, keys, args) if answer <= -11 else answer
+            for (keys, args), answer in zip(calls, results)
+        ]
 
     def on_grown(self, answer: int) -> None:
         if answer == -1:

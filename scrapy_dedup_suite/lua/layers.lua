@@ -2,17 +2,18 @@
 -- a block). Layer j (1-based here) of the filter at base lives at base (j = 1)
 -- or base..':L'..(j-1): the same hash tag, so the same cluster slot. The hash
 -- base..':layers' holds n (layers in use; missing = 1) and count (fingerprints
--- added to the newest layer). The schedule of every possible layer comes in
--- ARGV from index i: L, then m, k and capacity per block of each layer.
+-- added to the newest layer). ARGV from index i: the number of layers the
+-- filter may have, then m, k and capacity per block of the first layers, as
+-- many as the client sends (those in use and one more, to keep calls short).
+-- A script that needs a layer it was not sent answers -(10 + layers needed),
+-- and the client calls again with more.
 
 local function dedup_schedule(i)
-  local count = tonumber(ARGV[i])
   local s = {}
-  for j = 1, count do
-    local b = i + 3 * (j - 1)
-    s[j] = { tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) }
+  for b = i + 1, #ARGV, 3 do
+    s[#s + 1] = { tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]) }
   end
-  return s
+  return s, tonumber(ARGV[i])
 end
 
 local function dedup_layer_key(base, j)
@@ -45,9 +46,9 @@ local function dedup_offsets(h1, h2, m, k)
   return out
 end
 
-local function dedup_too_many(base, n, sched)
-  return redis.error_reply('ERR dedup: ' .. base .. ':layers records ' .. n ..
-    ' layers but this schedule has ' .. #sched .. ': the filter was grown with other parameters')
+-- The answer that asks the client for the schedule of ``needed`` layers.
+local function dedup_need_layers(needed)
+  return -(10 + needed)
 end
 
 -- Whether a layer of the filter at base holds the fingerprint (n: its layers).
@@ -63,13 +64,17 @@ end
 
 -- Add to the newest layer, after adding a layer when that one is full.
 -- Returns 0, or -1 when a layer was added, or -2 when the newest layer was full
--- and it is the last one the schedule allows (the fingerprint is added anyway).
+-- and it is the last one the filter may have (the fingerprint is added anyway),
+-- or dedup_need_layers() before writing anything.
 -- ttl > 0: keys created here get that expiry in milliseconds (time buckets).
-local function dedup_layers_add(base, n, count, sched, h1, h2, ttl)
+local function dedup_layers_add(base, n, count, sched, total, h1, h2, ttl)
   local state = base .. ':layers'
   local code = 0
   if count >= sched[n][3] then
-    if n < #sched then
+    if n < total and n + 1 > #sched then
+      return dedup_need_layers(n + 1)
+    end
+    if n < total then
       n = n + 1
       code = -1
       rcall('HSET', state, 'n', n, 'count', 0)
