@@ -226,22 +226,27 @@ class Scaling:
     max_layers: int = 16
 
     def __post_init__(self) -> None:
-        check_int(
-            "DEDUP_BLOOM_EXPANSION",
-            self.expansion,
-            minimum=1,
-            allowed="a whole factor >= 1 (2 doubles each new layer)",
-        )
-        check_float(
-            "DEDUP_BLOOM_TIGHTENING",
-            self.tightening,
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            high_open=True,
-            allowed="a ratio strictly between 0 and 1 (e.g. 0.5)",
-        )
-        check_int("DEDUP_BLOOM_MAX_LAYERS", self.max_layers, minimum=1)
+        # Checked and converted here, so values given as strings (-s NAME=VALUE) work.
+        checked = {
+            "expansion": check_int(
+                "DEDUP_BLOOM_EXPANSION",
+                self.expansion,
+                minimum=1,
+                allowed="a whole factor >= 1 (2 doubles each new layer)",
+            ),
+            "tightening": check_float(
+                "DEDUP_BLOOM_TIGHTENING",
+                self.tightening,
+                low=0.0,
+                high=1.0,
+                low_open=True,
+                high_open=True,
+                allowed="a ratio strictly between 0 and 1 (e.g. 0.5)",
+            ),
+            "max_layers": check_int("DEDUP_BLOOM_MAX_LAYERS", self.max_layers, minimum=1),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def first_layer(self, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
         """Layer 0, whose error rate leaves room for every layer after it."""

@@ -203,6 +203,12 @@ def test_windowed_buckets_grow_and_expire_with_their_layers(server):
         if server.exists(key):
             assert server.pttl(key) > 0, key
     assert backend.info()["buckets"][0]["layers"][1]["items"] > 0
+    # A layer that lost its expiry (a restore, say) gets it back from the janitor.
+    lost = next(k for k in layer_keys[1:] if server.exists(k))
+    server.persist(lost)
+    report = Janitor(backend).run_pass()
+    assert lost in report.restored_expiry and server.pttl(lost) > 0
+    assert "layers" in report.filters[0]
     # The next bucket still sees them; two buckets later they are gone.
     clock[0] += 1
     assert all(backend.contains_many(fps))
@@ -237,6 +243,9 @@ def test_settings(server):
     assert scaling_from_settings(Settings({})) is None
     assert scaling_from_settings(Settings({"DEDUP_BLOOM_EXPANSION": 4})).expansion == 4
     assert scaling_from_settings(Settings({"DEDUP_BLOOM_SCALING": "true"})).expansion == 2
+    # As `-s NAME=VALUE` passes them: strings.
+    given = Settings({"DEDUP_BLOOM_EXPANSION": "3", "DEDUP_BLOOM_TIGHTENING": "0.8"})
+    assert scaling_from_settings(given) == Scaling(expansion=3, tightening=0.8)
     for settings, message in [
         ({"DEDUP_BLOOM_SCALING": False, "DEDUP_BLOOM_EXPANSION": 2}, "Remove one"),
         ({"DEDUP_BLOOM_EXPANSION": 0}, "DEDUP_BLOOM_EXPANSION must be"),

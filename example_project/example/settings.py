@@ -32,6 +32,12 @@ DEDUP_BACKEND = "bloom"
 # at this false-positive rate: 100,000 at 0.1% is 175 KiB of Redis memory.
 DEDUP_BLOOM_CAPACITY = 100_000
 DEDUP_BLOOM_ERROR_RATE = 0.001
+# Unsure of the crawl's size? A scalable filter adds layers (2x larger each) past
+# the capacity and keeps the error rate: scrapy crawl example-site -s DEDUP_BLOOM_EXPANSION=2
+# DEDUP_BLOOM_EXPANSION = 2
+# On a Redis Cluster (REDIS_URL: any node), spread over its masters:
+# DEDUP_REDIS_CLUSTER = True
+# DEDUP_BLOOM_BLOCKS = 12
 # hash: a fingerprint stays "seen" this many seconds after its last visit.
 DEDUP_EXPIRE = 3600
 # windowed-bloom: buckets of a day, 7 of them (overridden by the example-news spider).

@@ -194,8 +194,9 @@ class WindowedBloomBackend(Layered, DedupBackend):
         live = []
         for keys in self.live_keys():
             for bucket in keys:
-                live += self.layer_keys(bucket) if self.scaling is not None else [bucket]
+                live.append(bucket)
                 if self.scaling is not None:
+                    # Its layer record; layers that exist are found by the SCAN below.
                     live.append(f"{bucket}:layers")
         keys = sorted({*live, *self.bucket_keys_in_redis()})
         types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
