@@ -195,19 +195,36 @@ class EmbeddedCluster:
                 client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)
             for node, bus in zip(self.nodes[1:], self.bus_ports[1:]):
                 clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
+            for client in clients:
+                client.close()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until every node sees every other and the cluster state is ok
+        (after start, or after a node was restarted)."""
+        import redis
+
+        clients = [redis.Redis(port=node.port, decode_responses=True) for node in self.nodes]
+        try:
             deadline = time.monotonic() + timeout
-            while not all(self._ready(client) for client in clients):
+            while True:
+                try:
+                    if all(self._ready(client) for client in clients):
+                        return
+                except redis.ConnectionError:
+                    pass
                 if time.monotonic() > deadline:
                     raise EmbeddedServerError(
                         f"the {len(clients)} cluster nodes did not agree within {timeout:.0f} s"
                     )
                 time.sleep(0.05)
+        finally:
             for client in clients:
                 client.close()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _ready(self, client: Any) -> bool:
         fields = client.execute_command("CLUSTER INFO")  # parsed into a dict by redis-py

@@ -107,3 +107,54 @@ def test_crawl_survives_a_redis_restart(tmp_path, site, own_server):
     # It carried on after the restart: the filter and its record exist again.
     client = redis.Redis.from_url(own_server.url)
     assert client.exists("site:bloomfilter:meta") and client.bitcount("{site:bloomfilter:0}") > 0
+
+
+def test_a_cluster_master_restarting(tmp_path):
+    """DEDUP_ON_ERROR='allow' on a three-master cluster of the test's own: one master
+    stops (saving its data) and starts again. Requests whose block lives there are let
+    through meanwhile, the others are still checked; afterwards everything is checked
+    again, without a new client."""
+    from redis.cluster import RedisCluster
+
+    from scrapy_dedup_suite.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(3, binary=redis_server_binary()).start()
+    try:
+        df = dupefilter(
+            cluster.nodes[0],
+            DEDUP_REDIS_CLUSTER=True,
+            DEDUP_BLOOM_BLOCKS=6,
+            REDIS_PARAMS={"socket_connect_timeout": 0.2, "socket_timeout": 1},
+        )
+        before = [Request(f"http://x.test/before/{i}") for i in range(120)]
+        assert not any(df.request_seen(r) for r in before)
+        client = RedisCluster.from_url(cluster.url)
+        victim = cluster.nodes[2]
+        on_victim = [
+            r
+            for r in before
+            if client.get_node_from_key(df.backend.block_key(df.fingerprint(r))).port == victim.port
+        ]
+        assert on_victim and len(on_victim) < len(before)
+        victim.persistent = True  # stop() then SAVEs first: a restart with persistence
+        victim.stop()
+        during = [Request(f"http://x.test/during/{i}") for i in range(10)]
+        assert not any(df.request_seen(r) for r in during)  # let through, none raised
+        assert df.stats.get_value("dedup/errors") >= 1
+        victim.start()
+        victim.persistent = False  # its data directory goes when the test ends
+        cluster.wait_ready(60)
+        # Back: every fingerprint recorded before is seen, the master's data included.
+        deadline = time.monotonic() + 60
+        while True:
+            errors = df.stats.get_value("dedup/errors")
+            seen = [df.request_seen(r) for r in before]
+            if df.stats.get_value("dedup/errors") == errors:
+                break  # a round without errors: the client has the slot map again
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert all(seen)
+        assert df.request_seen(Request("http://x.test/after")) is False
+        client.close()
+    finally:
+        cluster.stop()
