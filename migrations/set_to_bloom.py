@@ -24,6 +24,7 @@ How it runs (:meth:`SetToBloom.run`):
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import sys
 import threading
@@ -36,7 +37,7 @@ from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.backends.base import as_str
 from scrapy_dedup_suite.backends.bloom import block_prefix
-from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
+from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,9 @@ class SetToBloom:
         self.sample = sample
         self.progress = progress
         self.state_key = f"{target.key}:migration"
+        # A scalable target that this migration creates is written by the bulk path
+        # into its first layer (sized for the set); an existing one through its script.
+        self.bulk_layered = False
 
     @property
     def params(self) -> BloomParams:
@@ -298,21 +302,31 @@ class SetToBloom:
             resulting_error_rate=resulting,
             new_members=new_members,
             bucket=bucket,
-            layers=len(self.target.layers),
+            # Written through the script (an existing scalable target): layers may grow.
+            layers=0 if self.bulk_layered else len(self.target.layers),
         )
         return plan
 
     def _size_first_layer(self, members: int) -> None:
         """A scalable target created by the migration gets a first layer that holds
-        the whole set at the designed rate (or the configured one, if larger)."""
+        the whole set at the designed rate (or the configured one, if larger), with
+        room for the deviation of the members per block: then the bulk path can put
+        every member into the first layer, as the script would have."""
         scaling = self.target.scaling
-        if scaling is None or members <= self.params.capacity:
+        if scaling is None:
             return
-        first = scaling.first_layer(members, self.target.error_rate, self.params.blocks)
+        self.bulk_layered = True
+        blocks = self.params.blocks
+        per_block = members / blocks
+        needed = math.ceil(members + blocks * (6 * math.sqrt(per_block) + 1)) if members else 0
+        if needed <= self.params.capacity:
+            return
+        first = scaling.first_layer(needed, self.target.error_rate, blocks)
         logger.info(
             "migrate-set-to-bloom: the scalable target's first layer is sized for the "
-            "source's %s fingerprints (configured: %s)",
+            "source's %s fingerprints: %s (configured: %s)",
             f"{members:,}",
+            f"{needed:,}",
             f"{self.params.capacity:,}",
         )
         self.target._set_shape(first, scaling)
@@ -344,6 +358,7 @@ class SetToBloom:
             state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
             if state and state.get("source") == self.source:
                 cursor = int(state.get("cursor", 0))
+                self.bulk_layered = state.get("mode") == "bulk-layered"
                 report.migrated = int(state.get("migrated", 0))
                 report.resumed = cursor != 0
             elif state:
@@ -353,19 +368,24 @@ class SetToBloom:
                 )
         self.target.open()  # creates the parameter record and allocates bitmaps
         self._delete_temporaries()
-        self.server.hset(self.state_key, mapping={"source": self.source, "cursor": cursor})
+        mode = "bulk-layered" if self.bulk_layered else "bulk"
+        if self.target.scaling is not None and not self.bulk_layered:
+            mode = "script"
+        self.server.hset(
+            self.state_key, mapping={"source": self.source, "cursor": cursor, "mode": mode}
+        )
         if not resume:
             self.server.hset(self.state_key, "migrated", 0)
         first = True
         while first or cursor != 0:
             first = False
-            if self.target.scaling is not None:
+            if mode == "script":
                 # Through the backend's own script: layers count and grow exactly as
                 # they do for a crawler.
                 cursor, read = self._round_layered(cursor, report)
             else:
-                cursor, read, maps = self._round(cursor, report)
-                self._merge(maps)
+                cursor, read, maps, counts = self._round(cursor, report)
+                self._merge(maps, counts if mode == "bulk-layered" else None)
             report.rounds += 1
             report.migrated += read
             self.server.hset(
@@ -422,7 +442,9 @@ class SetToBloom:
             stop.set()
             thread.join()
 
-    def _round(self, cursor: int, report: Report) -> tuple[int, int, dict[int, Any]]:
+    def _round(
+        self, cursor: int, report: Report
+    ) -> tuple[int, int, dict[int, Any], dict[int, int]]:
         """Read up to ``round_size`` members from ``cursor`` into local bitmaps.
 
         Each SSCAN batch is hashed as it arrives while the reader thread
@@ -432,11 +454,13 @@ class SetToBloom:
 
         p = self.params
         maps: dict[int, Any] = {}
+        counts: dict[int, int] = {}
         read = 0
         for next_cursor, batch in self._scan(cursor, self.round_size):
             cursor = next_cursor
             read += len(batch)
             for block, offsets in positions(batch, p, report.skipped):
+                counts[block] = counts.get(block, 0) + offsets.shape[0]
                 bitmap = maps.get(block)
                 if bitmap is None:
                     bitmap = maps[block] = np.zeros((p.block_bits + 7) // 8, np.uint8)
@@ -445,7 +469,7 @@ class SetToBloom:
                 np.bitwise_or.at(bitmap, flat >> np.uint64(3), masks)
             if self.progress is not None:
                 self.progress(report.migrated + read, report.plan.members)
-        return cursor, read, maps
+        return cursor, read, maps, counts
 
     def _round_layered(self, cursor: int, report: Report) -> tuple[int, int]:
         """Read up to ``round_size`` members from ``cursor`` and add them with the
@@ -478,7 +502,9 @@ class SetToBloom:
         for block in range(self.params.blocks):
             scripts.DELETE_IF_TYPE(self.server, [self._tmp_key(block)], ["string"])
 
-    def _merge(self, maps: dict[int, Any]) -> None:
+    def _merge(self, maps: dict[int, Any], counts: dict[int, int] | None = None) -> None:
+        """OR each block's bitmap into the target; ``counts``: members per block to add
+        to the count of a scalable target's first layer, in the same call."""
         for block, bitmap in maps.items():
             key, ttl = self._target_keys(block)
             tmp = self._tmp_key(block)
@@ -491,12 +517,19 @@ class SetToBloom:
                 if chunk.count(0) != len(chunk):
                     pipe.setrange(tmp, offset, chunk)
             pipe.execute()
-            scripts.MERGE_OR(self.server, [key, tmp], [self.params.block_bits, ttl])
+            if counts is None:
+                scripts.MERGE_OR(self.server, [key, tmp], [self.params.block_bits, ttl])
+            else:
+                scripts.MERGE_OR(
+                    self.server,
+                    [key, tmp, f"{key}:layers"],
+                    [self.params.block_bits, ttl, counts.get(block, 0)],
+                )
 
     # -- verification -------------------------------------------------------------------
 
     def _verify(self, report: Report) -> None:
-        if self.verify_mode == "all" and self.target.scaling is not None:
+        if self.verify_mode == "all" and self.target.scaling is not None and not self.bulk_layered:
             missing, checked = self._verify_all_by_script(report)
         elif self.verify_mode == "all":
             missing, checked = self._verify_all(report)
@@ -576,6 +609,7 @@ def positions(
             by_length.setdefault(len(m), []).append(m)
     m_bits = np.uint64(params.block_bits)
     steps = np.arange(params.hashes, dtype=np.uint64)
+    prime = params.scheme == SCHEME_PRIME  # layers of scalable filters
     for length, group in by_length.items():
         try:
             if length < 32 or length % 2:
@@ -597,7 +631,8 @@ def positions(
             digest = digest.reshape(len(group), 16)
         h1 = _big_endian(digest, 0, 6)
         h2 = _big_endian(digest, 6, 12)
-        offsets = (h1 % m_bits)[:, None] + (h2 % m_bits)[:, None] * steps
+        step = np.uint64(1) + h2 % (m_bits - np.uint64(1)) if prime else h2 % m_bits
+        offsets = (h1 % m_bits)[:, None] + step[:, None] * steps
         offsets %= m_bits
         if params.blocks == 1:
             yield (0, offsets, group) if with_members else (0, offsets)

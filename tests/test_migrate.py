@@ -15,7 +15,7 @@ import pytest
 
 from migrations.set_to_bloom import SetToBloom, VerificationError, positions
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .conftest import all_keys, fingerprints
@@ -33,12 +33,13 @@ def fill_set(server, key: str, members: list[str]) -> None:
     pipe.execute()
 
 
+@pytest.mark.parametrize("scheme", [SCHEME, SCHEME_PRIME])
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_bulk_offsets_equal_the_reference(blocks):
+def test_bulk_offsets_equal_the_reference(blocks, scheme):
     """The vectorised path computes exactly BloomParams.positions (and so the Lua)."""
     rng = random.Random(7)
-    # The largest block size (m just under 2^32, odd) and an odd k.
-    params = BloomParams(1000, 0.01, 2**32 - 5, 13, blocks)
+    # The largest block size (m just under 2^32, the largest prime there) and an odd k.
+    params = BloomParams(1000, 0.01, 2**32 - 5, 13, blocks, scheme)
     members = [
         *(hashlib.sha1(str(i).encode()).hexdigest() for i in range(3000)),
         *(hashlib.sha256(str(i).encode()).hexdigest().upper() for i in range(500)),
@@ -309,7 +310,7 @@ def test_failed_verification_keeps_the_source(server):
     fill_set(server, "src", fingerprints(500))
 
     class LosesBits(SetToBloom):
-        def _merge(self, maps):  # a broken merge: nothing reaches Redis
+        def _merge(self, maps, counts=None):  # a broken merge: nothing reaches Redis
             pass
 
     target = BloomBackend(server, "t", BloomParams.from_capacity(5000, 0.001))

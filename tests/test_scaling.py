@@ -226,10 +226,17 @@ def test_migration_into_a_scalable_filter_sizes_its_first_layer(server):
     target = BloomBackend(server, "s:mig", scaling.first_layer(1000, 0.001, 3), scaling)
     report = SetToBloom(target, "src", batch=1000, round_size=5000, verify="all").run()
     assert report.migrated == 12_000 and report.verified == 12_000
-    assert target.params.capacity == 12_000  # sized from the source
+    # Sized from the source, with room for the members per block to vary: all of
+    # them went into the first layer (the bulk path), each block counting its own.
+    capacity = target.params.capacity
+    assert 12_000 < capacity < 14_000
+    states = layer_states(server, target.block_keys)
+    assert [n for n, _ in states] == [1, 1, 1]
+    per_block = Counter(target.params.block_of(fp) for fp in members)
+    assert [count for _, count in states] == [per_block[b] for b in range(3)]
     crawler = BloomBackend(server, "s:mig", scaling.first_layer(1000, 0.001, 3), scaling)
     crawler.open()
-    assert crawler.params.capacity == 12_000
+    assert crawler.params.capacity == capacity
     assert all(crawler.contains_many(members))
     # A second set into the existing filter grows layers instead of being refused.
     more = fingerprints(15_000, salt="more")

@@ -152,14 +152,16 @@ class DedupBackend(ABC):
         """On a cluster, warn when the data keys sit on fewer masters than they could."""
         masters = len(self.server.get_primaries())
         used = nodes_of(self.server, list(data_keys))
-        if len(used) < min(len(data_keys), masters) and self.spread_setting:
+        # Keys that share a hash tag (a block's buckets, say) must share a master.
+        slots = {self.server.keyslot(key) for key in data_keys}
+        if len(used) < min(len(slots), masters) and self.spread_setting:
             logger.warning(
-                "The %s dupefilter at %r keeps its data in %d key(s) on %d of the cluster's %d "
-                "masters. For an even spread set %s to a few times the number of masters "
+                "The %s dupefilter at %r keeps its data in %d slot(s) on %d of the cluster's "
+                "%d masters. For an even spread set %s to a few times the number of masters "
                 "(e.g. %d) when the filter is created.",
                 self.name,
                 self.key,
-                len(data_keys),
+                len(slots),
                 len(used),
                 masters,
                 self.spread_setting,

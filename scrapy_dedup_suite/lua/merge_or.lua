@@ -3,6 +3,8 @@
 -- KEYS[1]: the target bitmap, KEYS[2]: the uploaded bitmap (same hash tag)
 -- ARGV[1]: m, bits in the target; ARGV[2]: expiry in ms to give the target
 -- when it has none (0: none, the plain Bloom filter)
+-- KEYS[3], ARGV[3] (a scalable filter's first layer): its layer record, and the
+-- number of fingerprints the bitmap holds, added to the record's count
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'string' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE dedup: Bloom bitmap ' .. KEYS[1] .. ' holds a ' .. kind)
@@ -18,5 +20,11 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
 elseif tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if KEYS[3] then
+  redis.call('HINCRBY', KEYS[3], 'count', ARGV[3])
+  if tonumber(ARGV[2]) > 0 and redis.call('PTTL', KEYS[3]) == -1 then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  end
 end
 return 1
