@@ -202,6 +202,14 @@ class Layered:
                 )
         super().compare_meta(spec, stored)  # type: ignore[misc]
 
+    def _open(self) -> None:
+        self.adopt_stored_first_layer()
+        super()._open()  # type: ignore[misc]
+
+    def verify(self) -> bool:
+        self.adopt_stored_first_layer()
+        return super().verify()  # type: ignore[misc]
+
     def adopt_stored_first_layer(self) -> None:
         """A scalable filter keeps the first layer it was created with.
 
@@ -361,14 +369,6 @@ class BloomBackend(Layered, DedupBackend):
     def meta_spec(self) -> MetaSpec:
         fields, compared = self.shape_meta()
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compared)
-
-    def _open(self) -> None:
-        self.adopt_stored_first_layer()
-        super()._open()
-
-    def verify(self) -> bool:
-        self.adopt_stored_first_layer()
-        return super().verify()
 
     def _prepare(self) -> None:
         for block in self.block_keys:

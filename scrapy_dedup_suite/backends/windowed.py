@@ -136,14 +136,6 @@ class WindowedBloomBackend(Layered, DedupBackend):
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
 
-    def _open(self) -> None:
-        self.adopt_stored_first_layer()
-        super()._open()
-
-    def verify(self) -> bool:
-        self.adopt_stored_first_layer()
-        return super().verify()
-
     def _block(self, fingerprint: str) -> int:
         if self.params.blocks == 1:
             return 0
