@@ -27,23 +27,10 @@ local function dedup_layer_state(base)
   return tonumber(st[1]) or 1, tonumber(st[2]) or 0
 end
 
--- h1, h2 of a hex fingerprint (nil when it is not one). Offsets: scheme
--- dh48p-v1 (bloom_math.py): m is a prime, the step 1 + h2 mod (m - 1), so the k
--- offsets are distinct.
-local function dedup_hashes(fp)
-  if #fp < 32 or not strfind(fp, '^%x+$') then
-    return nil
-  end
-  return tonumber(strsub(fp, 1, 12), 16), tonumber(strsub(fp, 13, 24), 16)
-end
-
+-- Offsets in a layer, scheme dh48p-v1 (bloom_math.py): m is a prime, the step
+-- 1 + h2 mod (m - 1), so the k offsets are distinct. (h1, h2: dedup_hashes.)
 local function dedup_offsets(h1, h2, m, k)
-  local pos, step, out = h1 % m, 1 + h2 % (m - 1), {}
-  for i = 1, k do
-    out[i] = pos
-    pos = (pos + step) % m
-  end
-  return out
+  return dedup_walk(h1 % m, 1 + h2 % (m - 1), m, k)
 end
 
 -- The answer that asks the client for the schedule of ``needed`` layers.

@@ -5,18 +5,30 @@
 -- (Hot path: locals and operators, not math.* calls, which cost as much as a GETBIT.)
 local tonumber, strsub, strfind, rcall = tonumber, string.sub, string.find, redis.call
 
-local function dedup_positions(fp, m, k)
+-- h1, h2 of a hex fingerprint, or nil when it is not one.
+local function dedup_hashes(fp)
   if #fp < 32 or not strfind(fp, '^%x+$') then
     return nil
   end
-  local pos = tonumber(strsub(fp, 1, 12), 16) % m
-  local step = tonumber(strsub(fp, 13, 24), 16) % m
+  return tonumber(strsub(fp, 1, 12), 16), tonumber(strsub(fp, 13, 24), 16)
+end
+
+-- k offsets from pos, step by step, modulo m.
+local function dedup_walk(pos, step, m, k)
   local out = {}
   for i = 1, k do
     out[i] = pos
     pos = (pos + step) % m
   end
   return out
+end
+
+local function dedup_positions(fp, m, k)
+  local h1, h2 = dedup_hashes(fp)
+  if not h1 then
+    return nil
+  end
+  return dedup_walk(h1 % m, h2 % m, m, k)
 end
 
 local function dedup_bad_fingerprint(fp)
