@@ -96,7 +96,8 @@ class Command(ScrapyCommand):
         group.add_argument(
             "--delete-source",
             action="store_true",
-            help="delete the source set after verification passes",
+            help="after verification passes, remove from the source set every member the "
+            "target is checked to hold (what was not migrated stays)",
         )
         group.add_argument(
             "--force", action="store_true", help="migrate even if the source exceeds the capacity"

@@ -29,13 +29,14 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
 from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.backends.base import as_str
+from scrapy_dedup_suite.backends.base import as_str, migration_state_key
 from scrapy_dedup_suite.backends.bloom import block_prefix
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
@@ -132,6 +133,8 @@ class Report:
     verified: int = 0
     verify_mode: str = "sample"
     source_deleted: bool = False
+    source_removed: int = 0
+    source_kept: int = 0
     memory_freed: int = 0
 
     @property
@@ -143,18 +146,24 @@ class Report:
         out["rate"] = self.rate
         return out
 
+    def _source_fate(self) -> str:
+        if self.source_deleted:
+            return f"deleted, {_mb(self.memory_freed)} freed"
+        if self.source_removed:
+            return (
+                f"{self.source_removed:,} migrated members removed, {_mb(self.memory_freed)} "
+                f"freed; {self.source_kept:,} kept (not migrated: skipped, or added by "
+                "crawlers during the migration; run it again to move them)"
+            )
+        return f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
+
     def summary(self) -> str:
         lines = [
             f"migrated {self.migrated:,} fingerprints from {self.plan.source!r} to "
             f"{self.plan.target!r} in {self.seconds:.1f} s ({self.rate:,.0f}/s, "
             f"{self.rounds} round(s){', resumed' if self.resumed else ''})",
             f"verified {self.verified:,} source members ({self.verify_mode}): all found",
-            f"target memory {_mb(self.plan.target_memory)}; source "
-            + (
-                f"deleted, {_mb(self.memory_freed)} freed"
-                if self.source_deleted
-                else f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
-            ),
+            f"target memory {_mb(self.plan.target_memory)}; source " + self._source_fate(),
         ]
         if self.skipped:
             lines.append(
@@ -227,7 +236,7 @@ class SetToBloom:
         self.verify_mode = verify
         self.sample = sample
         self.progress = progress
-        self.state_key = f"{target.key}:migration"
+        self.state_key = migration_state_key(target.key)
         # A scalable target that this migration creates is written by the bulk path
         # into its first layer (sized for the set); an existing one through its script.
         self.bulk_layered = False
@@ -354,10 +363,15 @@ class SetToBloom:
         self.check_capacity(plan)
         report = Report(plan, verify_mode=self.verify_mode)
         cursor = 0
+        planned_first = 0
+        # Names this run in the round tokens (see _merge); a resumed run keeps it.
+        run_id = uuid.uuid4().hex[:12]
         if resume:
             state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
             if state and state.get("source") == self.source:
                 cursor = int(state.get("cursor", 0))
+                run_id = state.get("run", run_id)
+                planned_first = int(state.get("capacity", 0) or 0)
                 self.bulk_layered = state.get("mode") == "bulk-layered"
                 report.migrated = int(state.get("migrated", 0))
                 report.resumed = cursor != 0
@@ -366,13 +380,34 @@ class SetToBloom:
                     f"{self.state_key!r} records a migration from {state.get('source')!r}, not "
                     f"{self.source!r}; run without --resume to start this one from the beginning"
                 )
+        planned = planned_first or self.target.params.capacity
         self.target.open()  # creates the parameter record and allocates bitmaps
+        if self.bulk_layered and self.target.params.capacity != planned:
+            # A crawler created the scalable filter between the plan and now (or
+            # recreated it before --resume): its first layer cannot take the whole
+            # set. Write through the filter's script instead, which adds layers.
+            logger.warning(
+                "migrate-set-to-bloom: the scalable filter at %r was created meanwhile with "
+                "a first layer for %s fingerprints (planned: %s); writing through its "
+                "script, which adds layers as needed",
+                self.target.key,
+                f"{self.target.params.capacity:,}",
+                f"{planned:,}",
+            )
+            self.bulk_layered = False
         self._delete_temporaries()
         mode = "bulk-layered" if self.bulk_layered else "bulk"
         if self.target.scaling is not None and not self.bulk_layered:
             mode = "script"
         self.server.hset(
-            self.state_key, mapping={"source": self.source, "cursor": cursor, "mode": mode}
+            self.state_key,
+            mapping={
+                "source": self.source,
+                "cursor": cursor,
+                "mode": mode,
+                "run": run_id,
+                "capacity": planned,
+            },
         )
         if not resume:
             self.server.hset(self.state_key, "migrated", 0)
@@ -384,8 +419,9 @@ class SetToBloom:
                 # they do for a crawler.
                 cursor, read = self._round_layered(cursor, report)
             else:
+                token = f"{run_id}:{cursor}"
                 cursor, read, maps, counts = self._round(cursor, report)
-                self._merge(maps, counts if mode == "bulk-layered" else None)
+                self._merge(maps, counts if mode == "bulk-layered" else None, token)
             report.rounds += 1
             report.migrated += read
             self.server.hset(
@@ -395,10 +431,28 @@ class SetToBloom:
         self._verify(report)
         self.server.unlink(self.state_key)
         if delete_source:
-            report.memory_freed = int(self.server.memory_usage(self.source) or 0)
-            found = as_str(scripts.DELETE_IF_TYPE(self.server, [self.source], ["set"]))
-            report.source_deleted = found == "set"
+            self._delete_migrated(report)
         return report
+
+    def _delete_migrated(self, report: Report) -> None:
+        """Remove from the source only members the target is checked to hold now.
+
+        Members skipped (not hex digests) and members crawlers added to the set
+        while the migration ran, which it did not read, stay in the set; when none
+        is left the set is gone (Redis deletes an empty set)."""
+        before = int(self.server.memory_usage(self.source) or 0)
+        for _, batch in self._scan(0):
+            members = [as_str(m) for m in batch]
+            good = [m for m in members if is_hex_fingerprint(m)]
+            found = self.target.contains_many(good)
+            held = [m for m, ok in zip(good, found) if ok]
+            for chunk in range(0, len(held), self.batch):
+                report.source_removed += int(
+                    self.server.srem(self.source, *held[chunk : chunk + self.batch])
+                )
+        report.source_kept = int(self.server.scard(self.source))
+        report.source_deleted = report.source_kept == 0
+        report.memory_freed = before - int(self.server.memory_usage(self.source) or 0)
 
     def _scan(self, cursor: int, limit: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
         """SSCAN batches from ``cursor`` until the end or ``limit`` members, read
@@ -502,9 +556,12 @@ class SetToBloom:
         for block in range(self.params.blocks):
             scripts.DELETE_IF_TYPE(self.server, [self._tmp_key(block)], ["string"])
 
-    def _merge(self, maps: dict[int, Any], counts: dict[int, int] | None = None) -> None:
+    def _merge(
+        self, maps: dict[int, Any], counts: dict[int, int] | None = None, token: str = ""
+    ) -> None:
         """OR each block's bitmap into the target; ``counts``: members per block to add
-        to the count of a scalable target's first layer, in the same call."""
+        to the count of a scalable target's first layer, in the same call, once per
+        ``token`` (the round): a round merged again after a resume adds no count."""
         for block, bitmap in maps.items():
             key, ttl = self._target_keys(block)
             tmp = self._tmp_key(block)
@@ -517,14 +574,12 @@ class SetToBloom:
                 if chunk.count(0) != len(chunk):
                     pipe.setrange(tmp, offset, chunk)
             pipe.execute()
-            if counts is None:
-                scripts.MERGE_OR(self.server, [key, tmp], [self.params.block_bits, ttl])
-            else:
-                scripts.MERGE_OR(
-                    self.server,
-                    [key, tmp, f"{key}:layers"],
-                    [self.params.block_bits, ttl, counts.get(block, 0)],
-                )
+            keys = [self.target.block_stamp(block), key, tmp]
+            args = [self.target.stamp, self.params.block_bits, ttl]
+            if counts is not None:
+                keys.append(f"{key}:layers")
+                args += [counts.get(block, 0), token]
+            scripts.MERGE_OR(self.server, keys, args)
 
     # -- verification -------------------------------------------------------------------
 

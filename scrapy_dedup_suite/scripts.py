@@ -17,8 +17,8 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 #: Fragments prepended to scripts that hash fingerprints to bit offsets.
-_SHARED = ("positions",)
-_LAYERED = ("positions", "layers")
+_SHARED = ("positions", "stamp")
+_LAYERED = ("positions", "stamp", "layers")
 
 
 @cache
@@ -51,16 +51,16 @@ BLOOM_CONTAINS = LuaScript("bloom_contains", shared=_SHARED)
 WINDOWED_ADD = LuaScript("windowed_add", shared=_SHARED)
 SCALABLE_ADD = LuaScript("scalable_add", shared=_LAYERED)
 SCALABLE_CONTAINS = LuaScript("scalable_contains", shared=_LAYERED)
-HASH_ADD = LuaScript("hash_add")
+HASH_ADD = LuaScript("hash_add", shared=("stamp",))
 HASH_CONTAINS = LuaScript("hash_contains")
 META_INIT = LuaScript("meta_init")
-BITMAP_ALLOC = LuaScript("bitmap_alloc")
+BITMAP_ALLOC = LuaScript("bitmap_alloc", shared=("stamp",))
 DELETE_IF_TYPE = LuaScript("delete_if_type")
 HASH_PURGE = LuaScript("hash_purge")
 LOCK_REFRESH = LuaScript("lock_refresh")
 LOCK_RELEASE = LuaScript("lock_release")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
-MERGE_OR = LuaScript("merge_or")
+MERGE_OR = LuaScript("merge_or", shared=("stamp",))
 
 
 def run_many(

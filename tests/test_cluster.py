@@ -48,7 +48,10 @@ def test_bloom_blocks_spread_over_every_master(server):
     assert backend.add_many(fps) >= 2998
     assert all(backend.contains_many(fps))
     info = backend.info()
-    assert sum(info["nodes"].values()) == 13  # twelve blocks and the record
+    assert sum(info["nodes"].values()) == 25  # twelve blocks, their stamps and the record
+    # Each block's stamp sits in the block's own slot.
+    for block, stamp in zip(backend.block_keys, backend.stamp_keys):
+        assert server.keyslot(stamp) == server.keyslot(block)
     assert len(info["nodes"]) == 3
 
 
@@ -101,7 +104,7 @@ def test_a_billion_capacity_filter_is_a_normal_configuration(server):
     assert backend.add_many(fps) == 5000
     assert all(backend.contains_many(fps))
     assert backend.check_and_add(fps[0]) is True
-    assert backend.clear() == 17
+    assert backend.clear() == 33  # 16 blocks, their 16 stamps and the record
     assert not any(server.exists(k) for k in backend.block_keys)
 
 
@@ -175,7 +178,7 @@ def test_bad_cluster_settings(settings, message):
 
 
 def test_unreachable_cluster_is_a_clear_error():
-    from .servers import free_port
+    from scrapy_dedup_suite.embedded import free_port
 
     settings = Settings(
         {

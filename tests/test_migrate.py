@@ -306,11 +306,39 @@ def test_delete_source_after_verification(redis_settings, server):
     assert all(target.contains_many(fingerprints(2000)))
 
 
+def test_delete_source_removes_only_what_the_target_holds(server):
+    """Members skipped (not hex) and members crawlers add while the migration runs are
+    kept in the set; everything removed is in the filter."""
+    fps = fingerprints(20_000)
+    fill_set(server, "src", fps)
+    server.sadd("src", *[f"not-hex-{i}" for i in range(30)])
+    target = BloomBackend(server, "t", BloomParams.from_capacity(100_000, 0.001))
+    late = fingerprints(137, salt="late")
+
+    class CrawlersAdd(SetToBloom):
+        def _verify(self, report):
+            super()._verify(report)
+            server.sadd("src", *late)  # crawlers go on writing to the set meanwhile
+
+    report = CrawlersAdd(target, "src", batch=1000, round_size=5000).run(delete_source=True)
+    left = {m.decode() for m in server.smembers("src")}
+    assert {f"not-hex-{i}" for i in range(30)} <= left
+    # A late member stays unless the filter holds it anyway (a false positive, 0.1%).
+    late_in_filter = target.contains_many(late)
+    for fp, held in zip(late, late_in_filter):
+        assert (fp in left) is (not held)
+    assert sum(late_in_filter) < 5
+    assert not left & set(fps)
+    assert report.source_removed == 20_000 + sum(late_in_filter)
+    assert report.source_kept == len(left) and not report.source_deleted
+    assert "kept (not migrated" in report.summary()
+
+
 def test_failed_verification_keeps_the_source(server):
     fill_set(server, "src", fingerprints(500))
 
     class LosesBits(SetToBloom):
-        def _merge(self, maps, counts=None):  # a broken merge: nothing reaches Redis
+        def _merge(self, maps, counts=None, token=""):  # a broken merge: nothing reaches Redis
             pass
 
     target = BloomBackend(server, "t", BloomParams.from_capacity(5000, 0.001))

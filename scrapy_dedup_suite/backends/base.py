@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from redis.crc import key_slot
 from redis.exceptions import AskError, NoScriptError, ResponseError
 from scrapy.settings import BaseSettings
 
@@ -50,6 +52,29 @@ def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
         yield batch
 
 
+def migration_state_key(key: str) -> str:
+    """Where ``scrapy migrate-set-to-bloom`` keeps its progress for the filter at ``key``."""
+    return f"{key}:migration"
+
+
+def slot_of(key: str) -> int:
+    return key_slot(key.encode("utf-8"))
+
+
+def slot_sibling(key: str, suffix: str) -> str:
+    """A key in the same cluster slot as ``key``: ``key + suffix`` when ``key`` has a
+    hash tag, else ``{key}`` + suffix."""
+    sibling = key + suffix
+    if slot_of(sibling) != slot_of(key):
+        sibling = "{" + key + "}" + suffix
+    if slot_of(sibling) != slot_of(key):
+        raise DedupConfigError(
+            f"The Redis key {key!r} cannot have a companion key in its cluster slot; avoid "
+            "'{' and '}' in SCHEDULER_DUPEFILTER_KEY other than one hash tag such as '{spider}'"
+        )
+    return sibling
+
+
 def cluster_node_error(exc: Exception) -> DedupConfigError:
     """The error for a plain client that was redirected (MOVED/ASK) by a cluster node."""
     return DedupConfigError(
@@ -65,6 +90,17 @@ class MetaSpec:
     key: str
     fields: dict[str, str]
     compare: tuple[str, ...]
+
+    @property
+    def stamp(self) -> str:
+        """The compared fields as one string: what each slot's stamp holds."""
+        return ";".join(
+            f"{name}={self.fields.get(name, '')}" for name in ("backend", *self.compare)
+        )
+
+    @staticmethod
+    def parse_stamp(stamp: str) -> dict[str, str]:
+        return dict(part.partition("=")[::2] for part in stamp.split(";"))
 
 
 class DedupBackend(ABC):
@@ -91,6 +127,37 @@ class DedupBackend(ABC):
         self.server = server
         self.key = key
         self._opened = False
+        self._stamp: str | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self._opened
+
+    @property
+    def stamp(self) -> str:
+        """What the stamps beside this filter's data say: its compared parameters."""
+        if self._stamp is None:
+            spec = self.meta_spec()
+            self._stamp = spec.stamp if spec is not None else ""
+        return self._stamp
+
+    def rebind(self, *, server: Any = None, key: str | None = None) -> DedupBackend:
+        """The same filter on another client or at another key, not yet opened
+        (what ``df.server = ...`` / ``df.key = ...`` do, as with scrapy-redis)."""
+        clone = self.with_key(key) if key is not None and key != self.key else copy.copy(self)
+        if server is not None:
+            clone.server = server
+        clone._opened = False
+        return clone
+
+    def with_key(self, key: str) -> DedupBackend:
+        """A new backend like this one at ``key`` (override: it needs the constructor's
+        arguments)."""
+        raise AttributeError(
+            f"The {self.name} backend cannot be moved to another key after it is built; "
+            "build the dupefilter with the key instead: RFPDupeFilter(server, key) or "
+            "SCHEDULER_DUPEFILTER_KEY"
+        )
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
@@ -118,10 +185,12 @@ class DedupBackend(ABC):
 
     def _open(self) -> None:
         """Check key types, create the parameter record or check it, load the scripts."""
+        self.check_server()
         found = self.check_types(self.expected_types())
         spec = self.meta_spec()
         if spec is not None:
-            self.refuse_orphans(found, spec.key)
+            self._stamp = spec.stamp
+            self.check_stamps(found, spec)
             self.init_meta(spec)
         if is_cluster(self.server):
             self.check_spread([k for k in found if spec is None or k != spec.key])
@@ -144,6 +213,53 @@ class DedupBackend(ABC):
         )
         self._opened = False
         self.open()
+
+    #: Whether some of this backend's keys carry an expiry (then a ``volatile-*``
+    #: eviction policy can delete them too).
+    keys_expire: ClassVar[bool] = False
+
+    def eviction_risk(self) -> str | None:
+        """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
+        servers = (
+            [self.server.get_redis_connection(n) for n in self.server.get_primaries()]
+            if is_cluster(self.server)
+            else [self.server]
+        )
+        for client in servers:
+            try:
+                policy = as_str(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
+            except ResponseError:  # CONFIG refused (ACL, renamed on a managed server)
+                return None
+            if policy.startswith("allkeys-") or (
+                policy.startswith("volatile-") and self.keys_expire
+            ):
+                return policy
+        return None
+
+    def check_server(self) -> None:
+        """Refuse a read-only replica; warn when the eviction policy can delete the filter."""
+        if not is_cluster(self.server):
+            try:
+                role = as_str(self.server.execute_command("ROLE")[0])
+            except ResponseError:
+                role = "master"
+            if role != "master":
+                raise DedupConfigError(
+                    f"The Redis server of the {self.name} dupefilter at {self.key!r} is a "
+                    f"read-only {role} (replica): every write would be refused. Point "
+                    "DEDUP_REDIS_URL (or REDIS_URL) at the primary."
+                )
+        policy = self.eviction_risk()
+        if policy is not None:
+            logger.warning(
+                "The Redis server's maxmemory-policy is %r: when memory is full it may delete "
+                "keys of the %s dupefilter at %r, and the requests they recorded are crawled "
+                "again. Use maxmemory-policy noeviction (or volatile-* for backends without "
+                "expiring keys) on the server that holds fingerprints.",
+                policy,
+                self.name,
+                self.key,
+            )
 
     #: The setting that says how many keys the data is split into (for advice).
     spread_setting: ClassVar[str] = ""
@@ -180,9 +296,9 @@ class DedupBackend(ABC):
         spec = self.meta_spec()
         if spec is None:
             return any(kind != "none" for kind in found.values())
+        self.check_stamps(found, spec)
         if found[spec.key] == "none":
-            self.refuse_orphans(found, spec.key)
-            return False
+            return any(kind != "none" for kind in found.values())
         stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
         self.compare_meta(spec, stored)
         return True
@@ -212,6 +328,14 @@ class DedupBackend(ABC):
             self.reopen()
             return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
+    def call(
+        self, script: scripts.LuaScript, make: Callable[[], tuple[list[str], list[Any]]]
+    ) -> Any:
+        """Run ``script`` with the keys and arguments ``make()`` builds; a hook for
+        answers that ask for the call to be made again with more (see
+        :class:`~.bloom.Layered`)."""
+        return self.run_script(script, *make())
+
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         """Record ``fingerprint``; return True if it was already recorded (seen).
 
@@ -219,7 +343,7 @@ class DedupBackend(ABC):
         by backends with per-fingerprint expiry and ignored by the others.
         """
         assert self.add_script is not None
-        answer = self.run_script(self.add_script, *self.add_call(fingerprint, expire))
+        answer = self.call(self.add_script, lambda: self.add_call(fingerprint, expire))
         if answer < 0:
             self.on_grown(answer)
         return answer > 0
@@ -227,7 +351,7 @@ class DedupBackend(ABC):
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        return self.run_script(self.contains_script, *self.contains_call(fingerprint)) > 0
+        return self.call(self.contains_script, lambda: self.contains_call(fingerprint)) > 0
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""
@@ -236,7 +360,12 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.contains_call(fp) for fp in batch]
             results = scripts.run_many(self.server, self.contains_script, calls, self.reopen)
-            results = self.redo(self.contains_script, calls, results)
+            results = [
+                self.call(self.contains_script, lambda fp=fp: self.contains_call(fp))
+                if self.again(r)
+                else r
+                for fp, r in zip(batch, results)
+            ]
             out += [r > 0 for r in results]
         return out
 
@@ -247,22 +376,22 @@ class DedupBackend(ABC):
         for batch in chunks(fingerprints):
             calls = [self.add_call(fp, expire) for fp in batch]
             results = scripts.run_many(self.server, self.add_script, calls, self.reopen)
-            results = self.redo(self.add_script, calls, results)
+            results = [
+                self.call(self.add_script, lambda fp=fp: self.add_call(fp, expire))
+                if self.again(r)
+                else r
+                for fp, r in zip(batch, results)
+            ]
             added += sum(r <= 0 for r in results)
             for answer in results:
                 if answer < 0:
                     self.on_grown(answer)
         return added
 
-    def redo(
-        self,
-        script: scripts.LuaScript,
-        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
-        results: list[Any],
-    ) -> list[Any]:
-        """Hook for answers of a pipelined batch that ask for the call to be made
-        again (see :class:`~.bloom.Layered`); by default there are none."""
-        return results
+    def again(self, answer: Any) -> bool:
+        """Whether a script's answer asks for the call to be made again (see
+        :class:`~.bloom.Layered`); by default none does."""
+        return False
 
     def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
         """A script added a fingerprint and answered < 0: a scalable filter added a
@@ -280,18 +409,38 @@ class DedupBackend(ABC):
         """The janitor's progress record and lock for this backend, with their types."""
         return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
 
+    def migration_keys(self) -> dict[str, str]:
+        """What a migration into this backend keeps while it runs (deleted by clear())."""
+        return {}
+
     def clear(self) -> int:
         """Delete every key the backend owns, and nothing else; return how many.
 
         Types are checked first: if any owned key holds another type, nothing
         is deleted and :class:`WrongKeyTypeError` is raised.
         """
-        expected = {**self.expected_types(), **self.janitor_keys()}
+        expected = {**self.expected_types(), **self.janitor_keys(), **self.migration_keys()}
         self.check_types(expected)
+        spec = self.meta_spec()
+        # The record first, then each slot's keys in one atomic call: a worker that
+        # goes on recording meanwhile stamps what it writes (see check_stamps), so
+        # nothing it leaves behind is an orphan.
+        groups: dict[int, list[str]] = {}
+        first = [spec.key] if spec is not None and spec.key in expected else []
+        for key in expected:
+            if key not in first:
+                groups.setdefault(slot_of(key), []).append(key)
         deleted = 0
-        for key, kind in expected.items():
-            found = as_str(scripts.DELETE_IF_TYPE(self.server, [key], [kind]))
-            deleted += found == kind
+        for keys in [first, *groups.values()]:
+            if not keys:
+                continue
+            count, kind = scripts.DELETE_IF_TYPE(self.server, keys, [expected[k] for k in keys])
+            if count < 0:
+                key = keys[-count - 1]
+                raise WrongKeyTypeError(
+                    key, as_str(kind), expected[key], self.wrong_type_hint(kind)
+                )
+            deleted += count
         self._opened = False
         logger.info(
             "Cleared %d Redis key(s) of the %s dupefilter at %r", deleted, self.name, self.key
@@ -352,6 +501,58 @@ class DedupBackend(ABC):
                 "of the parameters they were written with, does not, so this package cannot tell "
                 "what they hold. Nothing was changed. Move them away (RENAME) or point the "
                 "dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
+            )
+
+    # -- stamps ---------------------------------------------------------------------------
+
+    def stamp_of(self, data_key: str) -> str | None:
+        """The stamp key that guards ``data_key`` (in its slot), None if it has none.
+
+        Backends with a parameter record stamp every slot that holds data, in the
+        same script call that writes the data there (``lua/stamp.lua``)."""
+        return None
+
+    def check_stamps(self, found: Mapping[str, str], spec: MetaSpec) -> None:
+        """Refuse data written with other parameters, or with no record of them.
+
+        The stamps stand in for a missing parameter record (after a clear() by
+        another worker, FLUSHALL, or a lost ``K:meta``): when every slot that holds
+        data is stamped with these parameters, the record is recreated by
+        :meth:`init_meta`; data with no stamp and no record is refused as before.
+        """
+        stamp_keys = sorted(
+            {k for k, kind in found.items() if kind != "none" and self.stamp_of(k) == k}
+        )
+        stamps: dict[str, str] = {}
+        if stamp_keys:
+            pipe = self.server.pipeline(transaction=False)
+            for key in stamp_keys:
+                pipe.get(key)
+            stamps = {k: as_str(v) for k, v in zip(stamp_keys, pipe.execute()) if v is not None}
+        for key, stamp in stamps.items():
+            if stamp != spec.stamp:
+                try:
+                    self.compare_meta(spec, MetaSpec.parse_stamp(stamp))
+                except FilterMismatchError as exc:
+                    raise FilterMismatchError(f"{exc} (found in the stamp {key!r})") from None
+        if found.get(spec.key) != "none":
+            return
+        data = [
+            k
+            for k, kind in found.items()
+            if kind != "none" and k != spec.key and self.stamp_of(k) not in (None, k)
+        ]
+        unstamped = [k for k in data if self.stamp_of(k) not in stamps]
+        if unstamped:
+            self.refuse_orphans({**{k: "string" for k in unstamped}, spec.key: "none"}, spec.key)
+        if data:
+            logger.warning(
+                "The parameter record %r of the %s dupefilter was missing (a clear() by "
+                "another worker, FLUSHALL, eviction or a manual DEL) while %d data key(s) "
+                "remain, each stamped with these parameters: recreating the record",
+                spec.key,
+                self.name,
+                len(data),
             )
 
     def wrong_type_hint(self, found: str) -> str:

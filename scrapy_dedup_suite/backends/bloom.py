@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import DedupConfigError, FilterMismatchError
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, migration_state_key
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +153,7 @@ class Layered:
     layers: list[Layer]
     _schedule: list[str]
     _full_warned: bool
+    _stamp: str | None
 
     def _set_shape(self, params: BloomParams, scaling: Scaling | None) -> None:
         self.params = params
@@ -159,6 +162,7 @@ class Layered:
         self._k = str(params.hashes)
         self.layers_added = 0
         self._full_warned = False
+        self._stamp = None
         if scaling is None:
             self.layers = []
             self._schedule = []
@@ -169,6 +173,7 @@ class Layered:
             self._schedule += [str(layer.block_bits), str(layer.hashes), str(layer.block_capacity)]
         # Layers sent with each call: those known to be in use, and one more.
         self._known = 1
+        self._sent = 1
         self._send: list[str] = []
         self._know(1)
         self.add_script = scripts.SCALABLE_ADD
@@ -250,33 +255,42 @@ class Layered:
                 "DEDUP_BLOOM_MAX_LAYERS; use the settings it was created with."
             )
         self._known = max(self._known, layers)
-        sent = min(len(self.layers), self._known + 1)
-        self._send = [str(len(self.layers)), *self._schedule[: 3 * sent]]
+        self._sent = min(len(self.layers), self._known + 1)
+        self._send = [str(len(self.layers)), *self._schedule[: 3 * self._sent]]
 
-    def layered_args(self, fingerprint: str, ttl_ms: int) -> list[Any]:
-        return [fingerprint, ttl_ms, *self._send]
+    def layer_group(self, base: str) -> list[str]:
+        """The keys of the filter at ``base`` a call touches: its layer record, then
+        the layers sent (layers.lua)."""
+        return [f"{base}:layers", *self.layer_keys(base)[: self._sent]]
 
-    def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-        answer = super().run_script(script, keys, args)  # type: ignore[misc]
-        while self.scaling is not None and answer <= -11:
-            # A block uses (or is about to add) a layer this call was not sent.
+    def layered_call(
+        self, bases: Sequence[str], stamp_key: str | None, fingerprint: str, ttl_ms: int
+    ) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the scalable scripts: with ``stamp_key`` the add
+        (scalable_add.lua), without it the membership test (scalable_contains.lua)."""
+        keys = [key for base in bases for key in self.layer_group(base)]
+        if stamp_key is None:
+            return keys, [fingerprint, *self._send]
+        return [stamp_key, *keys], [self.stamp, fingerprint, ttl_ms, *self._send]
+
+    def again(self, answer: Any) -> bool:
+        return self.scaling is not None and answer <= -11
+
+    def call(self, script: scripts.LuaScript, make: Any) -> Any:
+        answer = super().call(script, make)  # type: ignore[misc]
+        # A block uses (or is about to add) a layer this call was not sent: send
+        # more. Each answer asks for more than the last, so this ends.
+        for _ in range(len(self.layers)):
+            if not self.again(answer):
+                break
             self._know(-answer - 10)
-            args = [*args[:2], *self._send]
-            answer = super().run_script(script, keys, args)  # type: ignore[misc]
-        return answer
-
-    def redo(
-        self,
-        script: scripts.LuaScript,
-        calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
-        results: list[Any],
-    ) -> list[Any]:
-        if self.scaling is None:
-            return results
-        return [
-            self.run_script(script, keys, args) if answer <= -11 else answer
-            for (keys, args), answer in zip(calls, results)
-        ]
+            answer = super().call(script, make)  # type: ignore[misc]
+        if not self.again(answer):
+            return answer
+        raise FilterMismatchError(
+            f"The scalable {self.name} filter at {self.key!r} asked for more layers than "
+            f"these settings allow ({len(self.layers)}); use the settings it was created with."
+        )
 
     def on_grown(self, answer: int) -> None:
         if answer == -1:
@@ -296,6 +310,20 @@ class Layered:
                 f"{last.capacity:,}",
                 last.error_rate,
             )
+
+    def block_stamp(self, block: int) -> str:
+        """The stamp of block ``block`` (lua/stamp.lua): in the block's hash tag."""
+        return f"{block_prefix(self.key, block)}:meta"
+
+    def stamp_of(self, data_key: str) -> str | None:
+        match = self._block_re.match(data_key)
+        return self.block_stamp(int(match.group(1))) if match else None
+
+    def migration_keys(self) -> dict[str, str]:
+        keys = {migration_state_key(self.key): "hash"}
+        for block in range(self.params.blocks):
+            keys[f"{block_prefix(self.key, block)}:migrating"] = "string"
+        return keys
 
     def layer_keys(self, base: str) -> list[str]:
         """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
@@ -359,6 +387,8 @@ class BloomBackend(Layered, DedupBackend):
             )
         self.meta_key = f"{key}:meta"
         self.block_keys = [block_prefix(key, b) for b in range(params.blocks)]
+        self.stamp_keys = [self.block_stamp(b) for b in range(params.blocks)]
+        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
         self._set_shape(params, scaling)
 
     @classmethod
@@ -370,25 +400,46 @@ class BloomBackend(Layered, DedupBackend):
         fields, compared = self.shape_meta()
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compared)
 
-    def _prepare(self) -> None:
-        for block in self.block_keys:
-            scripts.BITMAP_ALLOC(self.server, [block], [self._m])
+    def with_key(self, key: str) -> BloomBackend:
+        return BloomBackend(self.server, key, self.params, self.scaling)
 
-    def block_key(self, fingerprint: str) -> str:
+    def _prepare(self) -> None:
+        for block, stamp in zip(self.block_keys, self.stamp_keys):
+            keys = [stamp, block] if self.scaling is None else [stamp, block, f"{block}:layers"]
+            try:
+                scripts.BITMAP_ALLOC(self.server, keys, [self.stamp, self._m])
+            except ResponseError as exc:
+                if "dedup:" not in str(exc):
+                    raise
+                damage = str(exc).split("dedup: ", 1)[1].split(" script:")[0]
+                raise FilterMismatchError(
+                    f"The {self.name} filter at {self.key!r} is damaged: {damage}. Nothing was "
+                    "changed. Rebuild it (scrapy migrate-set-to-bloom from a set, or a new "
+                    "SCHEDULER_DUPEFILTER_KEY) and find what removed or rewrote its keys "
+                    "(eviction, a manual DEL or SET)."
+                ) from None
+
+    def block(self, fingerprint: str) -> int:
         if self.params.blocks == 1:
-            return self.block_keys[0]
+            return 0
         try:
-            return self.block_keys[int(fingerprint[24:32], 16) % self.params.blocks]
+            return int(fingerprint[24:32], 16) % self.params.blocks
         except (ValueError, TypeError):
             check_fingerprint(fingerprint)
             raise
 
+    def block_key(self, fingerprint: str) -> str:
+        return self.block_keys[self.block(fingerprint)]
+
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
-        return self.contains_call(fingerprint)
+        b = self.block(fingerprint)
+        if self.scaling is not None:
+            return self.layered_call([self.block_keys[b]], self.stamp_keys[b], fingerprint, 0)
+        return [self.stamp_keys[b], self.block_keys[b]], [self.stamp, fingerprint, self._m, self._k]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         if self.scaling is not None:
-            return [self.block_key(fingerprint)], self.layered_args(fingerprint, 0)
+            return self.layered_call([self.block_key(fingerprint)], None, fingerprint, 0)
         return [self.block_key(fingerprint)], [fingerprint, self._m, self._k]
 
     def owned_keys(self) -> list[str]:
@@ -396,6 +447,7 @@ class BloomBackend(Layered, DedupBackend):
 
     def expected_types(self) -> dict[str, str]:
         types = dict.fromkeys(self.block_keys, "string")
+        types.update(dict.fromkeys(self.stamp_keys, "string"))
         if self.scaling is not None:
             for block in self.block_keys:
                 types.update(dict.fromkeys(self.layer_keys(block)[1:], "string"))

@@ -19,7 +19,11 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec
+from ..exceptions import DedupConfigError
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, slot_sibling
+
+#: The most shards a hash filter may have (a few times a large cluster's masters).
+MAX_SHARDS = 4096
 
 
 class HashBackend(DedupBackend):
@@ -40,10 +44,22 @@ class HashBackend(DedupBackend):
         super().__init__(server, key)
         self.expire = config.check_expire("DEDUP_EXPIRE", expire)
         self.shards = config.check_int(
-            "DEDUP_HASH_SHARDS", shards, minimum=1, allowed="a whole number of hashes >= 1"
+            "DEDUP_HASH_SHARDS",
+            shards,
+            minimum=1,
+            allowed=f"a whole number of hashes from 1 to {MAX_SHARDS:,}",
         )
+        if self.shards > MAX_SHARDS:
+            raise DedupConfigError(
+                f"DEDUP_HASH_SHARDS must be a whole number of hashes from 1 to {MAX_SHARDS:,} "
+                f"(each is checked at open and scanned by the janitor), got {self.shards:,}"
+            )
         self.meta_key = f"{key}:meta"
         self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
+        # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
+        self.stamp_keys = [slot_sibling(shard, ":meta") for shard in self.shard_keys]
+        self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
+        self._stamp_of.update((k, k) for k in self.stamp_keys)
         self._ttl_ms = max(1, round(self.expire * 1000))
 
     @classmethod
@@ -55,14 +71,23 @@ class HashBackend(DedupBackend):
             shards=settings.get("DEDUP_HASH_SHARDS", config.default("DEDUP_HASH_SHARDS")),
         )
 
+    def with_key(self, key: str) -> HashBackend:
+        return HashBackend(self.server, key, expire=self.expire, shards=self.shards)
+
     @staticmethod
     def _to_ms(expire: float) -> int:
         return max(1, round(config.check_expire("request.meta['dedup_expire']", expire) * 1000))
 
-    def shard_of(self, fingerprint: str) -> str:
+    def shard(self, fingerprint: str) -> int:
         if self.shards == 1:
-            return self.shard_keys[0]
-        return self.shard_keys[zlib.crc32(fingerprint.encode("utf-8")) % self.shards]
+            return 0
+        return zlib.crc32(fingerprint.encode("utf-8")) % self.shards
+
+    def shard_of(self, fingerprint: str) -> str:
+        return self.shard_keys[self.shard(fingerprint)]
+
+    def stamp_of(self, data_key: str) -> str | None:
+        return self._stamp_of.get(data_key)
 
     def meta_spec(self) -> MetaSpec:
         return MetaSpec(
@@ -78,16 +103,21 @@ class HashBackend(DedupBackend):
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         ttl = self._ttl_ms if expire is None else self._to_ms(expire)
-        return [self.shard_of(fingerprint)], [fingerprint, ttl]
+        i = self.shard(fingerprint)
+        return [self.stamp_keys[i], self.shard_keys[i]], [self.stamp, fingerprint, ttl]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         return [self.shard_of(fingerprint)], [fingerprint]
 
     def owned_keys(self) -> list[str]:
-        return [*self.shard_keys, self.meta_key]
+        return [*self.shard_keys, *self.stamp_keys, self.meta_key]
 
     def expected_types(self) -> dict[str, str]:
-        return dict.fromkeys(self.owned_keys(), "hash")
+        return {
+            **dict.fromkeys(self.shard_keys, "hash"),
+            **dict.fromkeys(self.stamp_keys, "string"),
+            self.meta_key: "hash",
+        }
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -16,6 +16,9 @@ from .base import DedupBackend, chunks
 class SetBackend(DedupBackend):
     name = "set"
 
+    def with_key(self, key: str) -> SetBackend:
+        return SetBackend(self.server, key)
+
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         # SADD answers how many members were added: 0 when it was there.
         return self.server.execute_command("SADD", self.key, fingerprint) == 0

@@ -18,6 +18,7 @@ every minute after); a ``clock`` callable can be injected instead.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -38,13 +39,14 @@ from .bloom import (
     scaling_from_settings,
 )
 
-#: How often the offset between this host's clock and the server's is re-read.
+#: How often (seconds of this host's monotonic clock) the server's clock is re-read.
 CLOCK_REFRESH = 60.0
 
 
 class WindowedBloomBackend(Layered, DedupBackend):
     name = "windowed-bloom"
     is_bloom = True
+    keys_expire = True
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.WINDOWED_ADD
     contains_script = scripts.BLOOM_CONTAINS
@@ -74,10 +76,14 @@ class WindowedBloomBackend(Layered, DedupBackend):
         self.window = window
         self.meta_key = f"{key}:meta"
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
+        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self.stamp_keys = [self.block_stamp(b) for b in range(params.blocks)]
         self._set_shape(params, scaling)
         self._clock = clock
-        self._offset = 0.0
-        self._offset_until = -1.0
+        # The server's clock as last read, and this host's monotonic clock then:
+        # a step of the host's wall clock changes nothing.
+        self._server_then = 0.0
+        self._mono_then = -math.inf
         # Cached for the current bucket: the live keys of each block.
         self._valid_from = self._valid_until = 0.0
         self._expire_at = 0.0
@@ -100,18 +106,23 @@ class WindowedBloomBackend(Layered, DedupBackend):
             server, key, bloom_params_from_settings(settings, scaling), window, scaling=scaling
         )
 
+    def with_key(self, key: str) -> WindowedBloomBackend:
+        return WindowedBloomBackend(
+            self.server, key, self.params, self.window, scaling=self.scaling, clock=self._clock
+        )
+
     # -- time --------------------------------------------------------------------------
 
     def now(self) -> float:
         """Current time by the injected clock, else by the Redis server's clock."""
         if self._clock is not None:
             return self._clock()
-        local = time.time()
-        if local >= self._offset_until:
+        mono = time.monotonic()
+        if mono - self._mono_then >= CLOCK_REFRESH:
             seconds, micros = self.server.time()
-            self._offset = int(seconds) + int(micros) / 1e6 - time.time()
-            self._offset_until = local + CLOCK_REFRESH
-        return local + self._offset
+            self._mono_then = mono = time.monotonic()
+            self._server_then = int(seconds) + int(micros) / 1e6
+        return self._server_then + (mono - self._mono_then)
 
     def bucket_key(self, block: int, bucket: Bucket) -> str:
         return f"{self.prefixes[block]}:{bucket.label}"
@@ -136,7 +147,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
 
-    def _block(self, fingerprint: str) -> int:
+    def block(self, fingerprint: str) -> int:
         if self.params.blocks == 1:
             return 0
         try:
@@ -150,15 +161,22 @@ class WindowedBloomBackend(Layered, DedupBackend):
 
     def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
         now = self.now()
-        keys = self.live_keys(now)[self._block(fingerprint)]
+        b = self.block(fingerprint)
+        keys = self.live_keys(now)[b]
         if self.scaling is not None:
-            return keys, self.layered_args(fingerprint, self._ttl_ms(now))
-        return keys, [fingerprint, self._m, self._k, self._ttl_ms(now)]
+            return self.layered_call(keys, self.stamp_keys[b], fingerprint, self._ttl_ms(now))
+        return [self.stamp_keys[b], *keys], [
+            self.stamp,
+            fingerprint,
+            self._m,
+            self._k,
+            self._ttl_ms(now),
+        ]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        keys = self.live_keys()[self._block(fingerprint)]
+        keys = self.live_keys()[self.block(fingerprint)]
         if self.scaling is not None:
-            return keys, self.layered_args(fingerprint, 0)
+            return self.layered_call(keys, None, fingerprint, 0)
         return keys, [fingerprint, self._m, self._k]
 
     def label_of(self, key: str) -> str | None:
@@ -190,7 +208,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
                 if self.scaling is not None:
                     # Its layer record; layers that exist are found by the SCAN below.
                     live.append(f"{bucket}:layers")
-        keys = sorted({*live, *self.bucket_keys_in_redis()})
+        keys = sorted({*live, *self.bucket_keys_in_redis(), *self.stamp_keys})
         types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
         types[self.meta_key] = "hash"
         return types

@@ -1,8 +1,23 @@
--- Delete a key only if it holds the expected type, so that a key another
--- program wrote under the same name is never deleted by mistake.
--- KEYS[1]: the key, ARGV[1]: expected type. Returns the type found.
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind == ARGV[1] then
-  redis.call('UNLINK', KEYS[1])
+-- Delete keys only if each holds its expected type (or none), all or nothing,
+-- so that a key another program wrote under the same name is never deleted by
+-- mistake. Called with keys of one cluster slot, it is atomic: a crawler never
+-- sees part of what it deletes (a layer without its record, data without its stamp).
+-- KEYS: the keys, ARGV: their expected types, one each.
+-- Returns {number deleted, ''} or, when a key holds another type, {-i, type}
+-- for the first such key i, deleting nothing.
+local found = {}
+for i = 1, #KEYS do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind ~= 'none' and kind ~= ARGV[i] then
+    return { -i, kind }
+  end
+  found[i] = kind
 end
-return kind
+local deleted = 0
+for i = 1, #KEYS do
+  if found[i] ~= 'none' then
+    redis.call('UNLINK', KEYS[i])
+    deleted = deleted + 1
+  end
+end
+return { deleted, '' }

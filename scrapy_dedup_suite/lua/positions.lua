@@ -55,14 +55,6 @@ local function dedup_find(keys, positions)
   return 0
 end
 
--- A bitmap is created at its full size (SETBIT on the last offset of a missing
--- key allocates exactly m/8 bytes), so Redis never grows it piecemeal.
-local function dedup_ensure_bitmap(key, m)
-  if rcall('EXISTS', key) == 0 then
-    rcall('SETBIT', key, m - 1, 0)
-  end
-end
-
 -- Set the offsets from index first on (the ones before it are known to be set).
 local function dedup_set_from(key, positions, first)
   for i = first, #positions do

@@ -1,13 +1,16 @@
 -- Membership test in scalable Bloom filters that records nothing.
--- KEYS: one or more filters (layers.lua); ARGV as scalable_add.lua.
+-- KEYS: one group of keys per filter (layers.lua: its record, then one key per layer sent).
+-- ARGV[1]: fingerprint (hex), ARGV[2..]: the layer schedule (layers.lua).
 -- Returns the 1-based index of the first filter holding the fingerprint, or 0,
 -- or <= -11 (more of the schedule needed).
 local h1, h2 = dedup_hashes(ARGV[1])
 if not h1 then return dedup_bad_fingerprint(ARGV[1]) end
-local sched = dedup_schedule(3)
-for b = 1, #KEYS do
-  local n = dedup_layer_state(KEYS[b])
+local sched = dedup_schedule(2)
+local size = #sched + 1
+for b = 1, #KEYS / size do
+  local g = 1 + (b - 1) * size
+  local n = dedup_layer_state(g)
   if n > #sched then return dedup_need_layers(n) end
-  if dedup_layers_hold(KEYS[b], n, sched, h1, h2) then return b end
+  if dedup_layers_hold(g, n, sched, h1, h2) then return b end
 end
 return 0

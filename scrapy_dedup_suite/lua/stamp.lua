@@ -1,0 +1,40 @@
+-- Stamps. A filter's parameter record (K:meta) may live on another cluster node
+-- than its data, so each slot that holds data also holds a stamp: a string key
+-- in the same hash tag naming the parameters the data there was written with.
+-- Every script that writes data checks the stamp first and writes it when it is
+-- missing, in the same atomic call, so data never exists without a record of
+-- what it means (after a clear() by another worker, FLUSHALL, or a lost K:meta,
+-- the next open() finds the stamps and recreates K:meta from them).
+local rcall = redis.call
+
+local function dedup_fail(message)
+  error({ err = 'ERR dedup: ' .. message })
+end
+
+local function dedup_stamp(key, want)
+  local have = rcall('GET', key)
+  if have == want then return end
+  if not have then
+    rcall('SET', key, want)
+    return
+  end
+  dedup_fail('stamp ' .. key .. ' says the data beside it was written as ' .. have
+    .. ', this filter is ' .. want)
+end
+
+-- A bitmap is created at its full size (SETBIT on the last offset of a missing
+-- key allocates exactly m/8 bytes), so Redis never grows it piecemeal; one that
+-- exists with another length was damaged (truncated, overwritten) and is refused.
+local function dedup_ensure_bitmap(key, m)
+  local len = rcall('STRLEN', key)
+  if len == 0 then
+    rcall('SETBIT', key, m - 1, 0)
+    return 1
+  end
+  local want = (m + 7 - (m + 7) % 8) / 8
+  if len ~= want then
+    dedup_fail('Bloom bitmap ' .. key .. ' holds ' .. len .. ' bytes, not ' .. want
+      .. ': it was truncated or overwritten, so it no longer holds what was recorded')
+  end
+  return 0
+end
