@@ -38,6 +38,10 @@ SCHEME_PRIME = "dh48p-v1"
 #: One Redis string holds at most 512 MB = 2^32 bits.
 MAX_BLOCK_BITS = 2**32
 
+#: The most blocks a filter may have: each is allocated (and checked) at open,
+#: so a million of them would hang start-up; 4,096 blocks of 512 MB are 2 TiB.
+MAX_BLOCKS = 4096
+
 #: Fewest hex characters a fingerprint must have (16 bytes).
 MIN_FINGERPRINT_HEX = 32
 
@@ -118,9 +122,23 @@ class BloomParams:
         blocks = check_int(
             blocks_name, blocks, minimum=0, allowed="0 (automatic) or a number of blocks >= 1"
         )
+        if blocks > MAX_BLOCKS:
+            raise DedupConfigError(
+                f"{blocks_name}={blocks:,} is more than the {MAX_BLOCKS:,} blocks a filter may "
+                f"have (each is a key allocated at open); use {MAX_BLOCKS:,} or fewer"
+            )
         total = optimal_bits(capacity, error_rate)
         hashes = optimal_hashes(total, capacity)
         needed = max(1, math.ceil(total / MAX_BLOCK_BITS))
+        if needed > MAX_BLOCKS:
+            largest = int(MAX_BLOCKS * MAX_BLOCK_BITS * math.log(2) ** 2 / -math.log(error_rate))
+            raise DedupConfigError(
+                f"{capacity_name}={capacity:,} at {error_rate_name}={error_rate} needs "
+                f"{total / 8 / 2**40:,.1f} TiB of bits in {needed:,} blocks; the largest filter "
+                f"is {MAX_BLOCKS:,} blocks of 512 MB (2 TiB), about {largest:,} fingerprints at "
+                f"this error rate. Lower {capacity_name}, or use windowed-bloom or a scalable "
+                "filter, which grow as needed"
+            )
         if blocks == 0:
             blocks = needed
         elif blocks < needed:

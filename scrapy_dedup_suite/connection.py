@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
+from redis.retry import Retry
 from scrapy.settings import BaseSettings, Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
@@ -21,6 +23,11 @@ URL_HELP = (
     "REDIS_URL looks like redis://[user:password@]host:port/db, rediss://... or "
     "unix:///path/to/redis.sock"
 )
+
+
+#: REDIS_PARAMS that redis-py uses as numbers of seconds only when it connects, so a
+#: wrong type would fail later, on the first request, with a raw TypeError.
+NUMERIC_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
 
 
 def is_cluster(server: Any) -> bool:
@@ -42,11 +49,53 @@ def nodes_of(server: Any, keys: list[str]) -> dict[str, int]:
     return counts
 
 
-def get_redis(settings: BaseSettings) -> Any:
+def _never_retries(kwargs: dict[str, Any]) -> bool:
+    retry = kwargs.get("retry")
+    return (
+        (retry is None or retry.get_retries() == 0)
+        and not kwargs.get("retry_on_timeout")
+        and not kwargs.get("retry_on_error")
+    )
+
+
+def without_retries(server: Any) -> Any:
+    """``server``, or a client like it on its own pool, that never sends a command twice.
+
+    redis-py re-sends a command after a timeout or a dropped connection when the
+    client is built with ``retry_on_timeout=True`` (scrapy-redis's default) or a
+    ``retry``. For a check-and-add that is not safe: when the server had already
+    run the first call, the second answers "seen" and a new page is dropped. The
+    dupefilter makes its own retries and knows which answers to distrust.
+    """
+    if is_cluster(server):
+        # RedisCluster re-runs a command after ConnectionError/TimeoutError
+        # (``retry``); MOVED/ASK/TRYAGAIN redirections, which mean the command
+        # did not run, are followed as before.
+        if server.retry.get_retries() != 0:
+            server.set_retry(Retry(NoBackoff(), 0))
+        return server
+    pool = getattr(server, "connection_pool", None)
+    if pool is None or _never_retries(pool.connection_kwargs):
+        return server
+    kwargs = {
+        **pool.connection_kwargs,
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_timeout": False,
+        "retry_on_error": [],
+    }
+    new_pool = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return type(server)(connection_pool=new_pool)
+
+
+def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> Any:
     """The dupefilter's client: ``DEDUP_REDIS_URL`` if set, else ``REDIS_URL`` (or
     ``REDIS_HOST``/``REDIS_PORT``), with ``REDIS_PARAMS``, built exactly as
     scrapy-redis builds its own, so both talk to the same server unless told
-    otherwise; a ``RedisCluster`` client when ``DEDUP_REDIS_CLUSTER`` is true."""
+    otherwise; a ``RedisCluster`` client when ``DEDUP_REDIS_CLUSTER`` is true. It
+    never re-sends a command by itself (:func:`without_retries`). ``socket_timeout``
+    replaces REDIS_PARAMS' (the dupefilter's DEDUP_SOCKET_TIMEOUT)."""
     params = settings.get("REDIS_PARAMS")
     if params is not None and not isinstance(params, (dict, BaseSettings)):
         raise DedupConfigError(
@@ -65,11 +114,20 @@ def get_redis(settings: BaseSettings) -> Any:
     # The settings scrapy-redis reads, with the dupefilter's own URL.
     chosen = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
     chosen.set("REDIS_URL", url)
-    chosen.set("REDIS_PARAMS", dict(settings.getdict("REDIS_PARAMS")))
+    params = dict(settings.getdict("REDIS_PARAMS"))
+    for name in NUMERIC_PARAMS:
+        value = params.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise DedupConfigError(
+                f"REDIS_PARAMS[{name!r}] must be a number of seconds (e.g. 5), got {value!r}"
+            )
+    if socket_timeout is not None:
+        params["socket_timeout"] = socket_timeout
+    chosen.set("REDIS_PARAMS", params)
     if cluster:
-        return _cluster_client(chosen, url_setting, url)
+        return without_retries(_cluster_client(chosen, url_setting, url))
     try:
-        return get_redis_from_settings(chosen)
+        return without_retries(get_redis_from_settings(chosen))
     except (ValueError, TypeError) as exc:
         raise DedupConfigError(
             f"Cannot build a Redis client from {url_setting}={url!r} / REDIS_PARAMS: {exc}. "

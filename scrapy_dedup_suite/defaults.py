@@ -89,6 +89,12 @@ DEDUP_WINDOW_TZ = "UTC"
 DEDUP_ON_ERROR = "allow"
 DEDUP_ERROR_RETRIES = 3
 
+#: Seconds one dedup call may wait for Redis's answer (the dupefilter's own
+#: socket timeout; ``REDIS_PARAMS["socket_timeout"]``, 30 s by scrapy-redis's
+#: defaults, still applies to scrapy-redis's queue). A server that accepts
+#: connections but never answers holds a request this long, once per attempt.
+DEDUP_SOCKET_TIMEOUT = 5.0
+
 #: Janitor (``scrapy_dedup_suite.janitor``): seconds between two passes while a
 #: spider runs (``JanitorExtension``) and for ``scrapy dedup-janitor``; a cron
 #: expression (``"*/10 * * * *"``) in ``DEDUP_JANITOR_CRON`` replaces the

@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
     AskError,
+    BusyLoadingError,
     ClusterError,
+    OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
+    RedisError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
@@ -28,8 +32,14 @@ from scrapy.settings import BaseSettings
 from . import config
 from .backends import DedupBackend, get_backend_class
 from .backends.base import cluster_node_error
-from .connection import get_redis
-from .exceptions import DedupBackendError, InvalidFingerprintError, WrongKeyTypeError
+from .connection import get_redis, without_retries
+from .exceptions import (
+    DedupBackendError,
+    DedupConfigError,
+    DedupError,
+    InvalidFingerprintError,
+    WrongKeyTypeError,
+)
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
 
 if TYPE_CHECKING:
@@ -41,9 +51,9 @@ logger = logging.getLogger(__name__)
 
 ON_ERROR = ("allow", "raise")
 
-#: Redis failures that may pass (connection lost, timeout, server loading or
-#: failing over, a cluster down or resharding); anything else is a bug or a
-#: misconfiguration and is raised.
+#: Redis failures that follow DEDUP_ON_ERROR (connection lost, timeout, server
+#: loading or failing over, a cluster down, resharding or unreachable); anything
+#: else is a misconfigured or damaged filter and is raised.
 TRANSIENT = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -51,7 +61,21 @@ TRANSIENT = (
     ClusterError,  # CLUSTERDOWN, MASTERDOWN, redirections exhausted
     TryAgainError,
     SlotNotCoveredError,
+    RedisClusterException,  # no node of the cluster reachable
+    BusyLoadingError,  # LOADING
+    OutOfMemoryError,  # OOM: full memory under noeviction
 )
+
+#: Other error replies that mean "not now" rather than "wrong": a long script
+#: running, too few replicas (an OOM refusal of a script's own write is matched
+#: by its text).
+TRANSIENT_REPLIES = ("BUSY ", "NOREPLICAS ")
+
+#: What a failed dedup call raises (RedisClusterException is not a RedisError).
+FAILURES = (RedisError, RedisClusterException, DedupBackendError)
+
+#: scrapy-redis's key for a dupefilter built without a spider (``from_settings``).
+SCRAPY_REDIS_DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
 
 
 def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) -> str:
@@ -60,6 +84,11 @@ def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) 
     if template is None:
         template = config.default("DEDUP_DEFAULT_KEYS").get(
             backend_name, config.default("DEDUP_DEFAULT_KEY")
+        )
+    if isinstance(template, str) and "%" in template.replace("%%", "").replace("%(spider)s", ""):
+        raise config.DedupConfigError(
+            f"SCHEDULER_DUPEFILTER_KEY {template!r} is not a valid key template: the only "
+            "placeholder is %(spider)s (write %% for a literal %)"
         )
     if not isinstance(template, str):
         raise config.DedupConfigError(
@@ -91,22 +120,44 @@ def build_backend(
 
 
 class RFPDupeFilter(BaseDupeFilter):
-    """Redis-backed request duplicates filter with pluggable storage."""
+    """Redis-backed request duplicates filter with pluggable storage.
+
+    Built either from a backend (``RFPDupeFilter(backend, ...)``, what
+    :meth:`from_crawler` and :meth:`from_spider` do) or as scrapy-redis's own
+    class is, ``RFPDupeFilter(server, key, debug=False)``: the backend is then
+    the one the DEDUP_* settings in ``settings`` (default: the package's
+    defaults, i.e. scrapy-redis's set) describe, at ``key``.
+    """
 
     logger = logger
 
     def __init__(
         self,
-        backend: DedupBackend,
-        *,
-        fingerprint: Callable[[Request], str] = scrapy_redis_fingerprint,
+        backend: DedupBackend | Any,
+        key: str | None = None,
         debug: bool = False,
+        *,
+        fingerprint: Callable[[Request], str] | None = None,
         stats: StatsCollector | None = None,
         on_error: str = config.default("DEDUP_ON_ERROR"),
         retries: int = config.default("DEDUP_ERROR_RETRIES"),
+        settings: BaseSettings | None = None,
     ) -> None:
+        if not isinstance(backend, DedupBackend):
+            # scrapy-redis's signature: (server, key, debug=False).
+            if not isinstance(key, str) or not key:
+                raise TypeError(
+                    "RFPDupeFilter(server, key, debug=False) needs the Redis key as a non-empty "
+                    f"string, got {key!r}; or pass a DedupBackend: RFPDupeFilter(backend)"
+                )
+            backend = build_backend(settings or BaseSettings(), key, server=backend, key=key)
+        elif key is not None:
+            raise TypeError(
+                f"RFPDupeFilter({backend!r}, {key!r}): a backend carries its own key; pass "
+                "either a backend or (server, key)"
+            )
+        backend.server = without_retries(backend.server)
         self.backend = backend
-        self.fingerprint = fingerprint
         self.debug = debug
         self.stats = stats
         self.on_error = config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR)
@@ -115,36 +166,73 @@ class RFPDupeFilter(BaseDupeFilter):
         )
         self.logdupes = True
         self._uses_expire = backend.uses_expire
-        self._filtered_stats = ["dedup/filtered"]
+        self._bad_expire_logged = False
+        self._filtered_stats = ["dupefilter/filtered", "dedup/filtered"]
         if backend.is_bloom:
             self._filtered_stats.append("bloomfilter/filtered")
+        self.fingerprint = fingerprint or scrapy_redis_fingerprint
+        # A subclass that overrides request_fingerprint() (as scrapy-redis's
+        # subclasses do) is honoured; without one, request_seen calls the
+        # fingerprint function directly.
+        overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
+        self._fp = self.request_fingerprint if overridden else self.fingerprint
 
-    # scrapy-redis's RFPDupeFilter exposes these; code written for it reads them.
+    # scrapy-redis's RFPDupeFilter exposes these; code written for it reads and sets them.
     @property
     def server(self) -> Any:
         return self.backend.server
+
+    @server.setter
+    def server(self, server: Any) -> None:
+        self.backend = self.backend.rebind(server=without_retries(server))
 
     @property
     def key(self) -> str:
         return self.backend.key
 
+    @key.setter
+    def key(self, key: str) -> None:
+        self.backend = self.backend.rebind(key=key)
+
     # -- construction ------------------------------------------------------------------
 
     @classmethod
     def _from_settings(
-        cls, settings: BaseSettings, spider_name: str, crawler: Crawler | None
+        cls, settings: BaseSettings, spider_name: str | None, crawler: Crawler | None
     ) -> RFPDupeFilter:
-        backend = build_backend(settings, spider_name)
+        key = None
+        if spider_name is None:
+            # scrapy-redis's from_settings: a one-time key, "dupefilter:<timestamp>".
+            key = SCRAPY_REDIS_DUPEFILTER_KEY % {"timestamp": int(time.time())}
+        timeout = config.check_float(
+            "DEDUP_SOCKET_TIMEOUT",
+            settings.get("DEDUP_SOCKET_TIMEOUT", config.default("DEDUP_SOCKET_TIMEOUT")),
+            low=0.0,
+            high=3600.0,
+            low_open=True,
+            high_open=False,
+            allowed="a number of seconds > 0 and <= 3600 (e.g. 5)",
+        )
+        server = get_redis(settings, socket_timeout=timeout)
+        backend = build_backend(settings, spider_name or "", server=server, key=key)
         return cls(
             backend,
             fingerprint=get_fingerprinter(
-                settings.get("DEDUP_FINGERPRINTER", config.default("DEDUP_FINGERPRINTER")), crawler
+                settings.get("DEDUP_FINGERPRINTER", config.default("DEDUP_FINGERPRINTER")),
+                crawler,
+                uniform=backend.is_bloom,
             ),
             debug=settings.getbool("DUPEFILTER_DEBUG"),
             stats=crawler.stats if crawler is not None else None,
             on_error=settings.get("DEDUP_ON_ERROR", config.default("DEDUP_ON_ERROR")),
             retries=settings.get("DEDUP_ERROR_RETRIES", config.default("DEDUP_ERROR_RETRIES")),
         )
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> RFPDupeFilter:
+        """scrapy-redis's ``from_settings``: no spider, so a one-time key
+        ``dupefilter:<timestamp>`` (as scrapy-redis); opened on first use."""
+        return cls._from_settings(settings, None, None)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RFPDupeFilter:
@@ -175,7 +263,8 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def clear(self) -> None:
         """Delete everything the backend stored (scrapy-redis calls this when
-        ``SCHEDULER_PERSIST`` is False and on flush)."""
+        ``SCHEDULER_PERSIST`` is False and on flush). Other workers may go on
+        recording into the same filter: it stays usable for them and for later runs."""
         self.backend.clear()
 
     # -- per request -------------------------------------------------------------------
@@ -184,17 +273,17 @@ class RFPDupeFilter(BaseDupeFilter):
         return self.fingerprint(request)
 
     def request_seen(self, request: Request) -> bool:
-        fp = self.fingerprint(request)
-        expire = request.meta.get("dedup_expire") if self._uses_expire else None
+        fp = self._fp(request)
+        expire = self._expire(request) if self._uses_expire else None
+        backend = self.backend
         try:
-            seen = self.backend.check_and_add(fp, expire)
-        except TRANSIENT as exc:
-            retried = self._retry(fp, expire)
-            if retried is None:
-                return self._failed(request, exc)
-            seen = retried
-        except ResponseError as exc:
-            raise self._translate(exc, fp) from exc
+            if not backend.opened:
+                backend.open()
+            seen = backend.check_and_add(fp, expire)
+        except FAILURES as exc:
+            if not self._transient(exc):
+                raise self._translate(exc, fp) from exc
+            return self._after_failure(request, fp, expire, exc)
         stats = self.stats
         if stats is not None:
             if seen:
@@ -204,24 +293,66 @@ class RFPDupeFilter(BaseDupeFilter):
                 stats.inc_value("dedup/added")
         return seen
 
-    def _retry(self, fp: str, expire: Any) -> bool | None:
-        """With DEDUP_ON_ERROR='raise', try again with a growing pause; None if all failed.
-
-        (With 'allow' the request goes through at once: an outage must not stall the crawl.)
-        """
-        if self.on_error != "raise":
+    def _expire(self, request: Request) -> float | None:
+        """``request.meta["dedup_expire"]`` if valid; a bad value is counted, logged
+        once, and the filter's own expiry applies to that request."""
+        value = request.meta.get("dedup_expire")
+        if value is None:
             return None
-        for attempt in range(self.retries):
-            time.sleep(0.1 * 2**attempt)
+        try:
+            return config.check_expire("request.meta['dedup_expire']", value)
+        except DedupConfigError as exc:
             if self.stats is not None:
-                self.stats.inc_value("dedup/retries")
-            try:
-                return self.backend.check_and_add(fp, expire)
-            except TRANSIENT:
-                continue
-        return None
+                self.stats.inc_value("dedup/invalid_expire")
+            if not self._bad_expire_logged:
+                self._bad_expire_logged = True
+                self.logger.error(
+                    "%s (in %s); the filter's DEDUP_EXPIRE applies to such requests. Further "
+                    "bad values are counted in dedup/invalid_expire, not logged.",
+                    exc,
+                    request,
+                )
+            return None
 
-    def _failed(self, request: Request, exc: Exception) -> bool:
+    @staticmethod
+    def _transient(exc: Exception) -> bool:
+        """Whether a failed call follows DEDUP_ON_ERROR: the server could not be
+        reached or refused for now (full memory, busy script, cluster down, read
+        only), as opposed to a filter that is misconfigured or damaged."""
+        if isinstance(exc, TRANSIENT):
+            return True
+        if isinstance(exc, ResponseError):
+            message = str(exc)
+            return (
+                message.startswith(TRANSIENT_REPLIES)
+                or "command not allowed when used memory" in message
+            )
+        return False
+
+    def _after_failure(self, request: Request, fp: str, expire: Any, exc: Exception) -> bool:
+        """The call failed. With DEDUP_ON_ERROR='raise', try again at once (no
+        pause: the reactor must not sleep), up to DEDUP_ERROR_RETRIES times; then
+        let the request through ('allow') or raise.
+
+        The failed call may have been run by Redis before the connection broke,
+        so a retry that answers "seen" may be answering our own write: it is not
+        trusted, and the request counts as new (``dedup/ambiguous``). A request let
+        through unchecked counts in ``dedup/errors`` only.
+        """
+        if self.on_error == "raise":
+            for _ in range(self.retries):
+                if self.stats is not None:
+                    self.stats.inc_value("dedup/retries")
+                try:
+                    seen = self.backend.check_and_add(fp, expire)
+                except FAILURES as again:
+                    if not self._transient(again):
+                        raise self._translate(again, fp) from again
+                    exc = again
+                    continue
+                if self.stats is not None:
+                    self.stats.inc_value("dedup/ambiguous" if seen else "dedup/added")
+                return False
         if self.stats is not None:
             self.stats.inc_value("dedup/errors")
         if self.on_error == "raise":
@@ -236,7 +367,9 @@ class RFPDupeFilter(BaseDupeFilter):
         )
         return False
 
-    def _translate(self, exc: ResponseError, fp: str) -> Exception:
+    def _translate(self, exc: Exception, fp: str) -> Exception:
+        if isinstance(exc, DedupError):
+            return exc
         message = str(exc)
         if isinstance(exc, AskError):
             return cluster_node_error(exc)

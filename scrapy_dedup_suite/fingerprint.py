@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
 from w3lib.url import canonicalize_url
 
 from .bloom_math import MIN_FINGERPRINT_HEX
@@ -36,12 +37,21 @@ def scrapy_redis_fingerprint(request: Request) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def scrapy_fingerprinter(crawler: Any) -> Callable[[Request], str]:
-    """``crawler.request_fingerprinter`` (REQUEST_FINGERPRINTER_CLASS), as hex."""
+def scrapy_fingerprinter(crawler: Any, uniform: bool = False) -> Callable[[Request], str]:
+    """``crawler.request_fingerprinter`` (REQUEST_FINGERPRINTER_CLASS), as hex.
+
+    With ``uniform`` (the Bloom backends, which take bit positions from the first
+    32 hex digits), what a fingerprinter other than Scrapy's own returns is hashed
+    with SHA1 first: a custom fingerprint may be a prefixed digest or raw URL
+    bytes, whose first bytes are the same for every request.
+    """
     fingerprinter = crawler.request_fingerprinter
+    rehash = uniform and type(fingerprinter) is not RequestFingerprinter
 
     def fingerprint(request: Request) -> str:
         digest = fingerprinter.fingerprint(request)
+        if rehash and isinstance(digest, bytes) and digest:
+            return hashlib.sha1(digest).hexdigest()
         if not isinstance(digest, bytes) or len(digest) * 2 < MIN_FINGERPRINT_HEX:
             raise InvalidFingerprintError(
                 f"{type(fingerprinter).__name__}.fingerprint() returned {digest!r}; "
@@ -53,8 +63,12 @@ def scrapy_fingerprinter(crawler: Any) -> Callable[[Request], str]:
     return fingerprint
 
 
-def get_fingerprinter(name: object, crawler: Any) -> Callable[[Request], str]:
+def get_fingerprinter(
+    name: object, crawler: Any, uniform: bool = False
+) -> Callable[[Request], str]:
+    """The fingerprint function DEDUP_FINGERPRINTER names; ``uniform``: the backend
+    derives bit positions from it (see :func:`scrapy_fingerprinter`)."""
     check_choice("DEDUP_FINGERPRINTER", name, FINGERPRINTERS)
     if name == "scrapy":
-        return scrapy_fingerprinter(crawler)
+        return scrapy_fingerprinter(crawler, uniform)
     return scrapy_redis_fingerprint

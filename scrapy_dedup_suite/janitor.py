@@ -168,6 +168,13 @@ class Janitor:
             report.skipped = True
             return report
         try:
+            policy = self.backend.eviction_risk()
+            if policy is not None:
+                report.warnings.append(
+                    f"the server's maxmemory-policy is {policy!r}: it may evict this filter's "
+                    "keys, and the requests they recorded are then crawled again; use "
+                    "noeviction on the server that holds fingerprints"
+                )
             if not self.backend.verify():
                 report.exists = False
                 report.completed = True
@@ -208,11 +215,21 @@ class Janitor:
 
     def _purge_hash(self, backend: HashBackend, report: JanitorReport) -> None:
         state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
-        shard = int(state.get("shard", 0))
-        cursor = int(state.get("cursor", 0))
-        report.resumed = "shard" in state
-        if shard >= len(backend.shard_keys):  # the shard count cannot change; be safe
-            shard, cursor = 0, 0
+        try:
+            shard = int(state.get("shard", 0))
+            cursor = int(state.get("cursor", 0))
+            report.resumed = "shard" in state
+            if not 0 <= shard < len(backend.shard_keys) or cursor < 0:
+                raise ValueError(f"shard {shard}, cursor {cursor}")
+        except ValueError as exc:
+            # A progress record that cannot be read (edited, or written by something
+            # else) must not stop every later pass: start over from the first shard.
+            report.warnings.append(
+                f"the progress record {self.state_key!r} could not be read ({exc}); this pass "
+                "starts from the first shard"
+            )
+            self.server.hdel(self.state_key, "shard", "cursor")
+            shard, cursor, report.resumed = 0, 0, False
         invalid = 0
         while shard < len(backend.shard_keys):
             key = backend.shard_keys[shard]

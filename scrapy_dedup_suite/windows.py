@@ -38,6 +38,12 @@ def _zone(name: str) -> tzinfo:
         ) from None
 
 
+#: Buckets a window may have: each live one is checked for every request.
+MAX_WINDOW_COUNT = 1000
+#: The longest window in seconds (100 years): dates beyond would not exist.
+MAX_WINDOW_SECONDS = 100 * 365 * 86400
+
+
 @dataclass(frozen=True)
 class Bucket:
     label: str
@@ -55,8 +61,17 @@ class WindowSpec:
     @classmethod
     def parse(cls, window: object, count: object, tz: object = "UTC") -> WindowSpec:
         count = check_int(
-            "DEDUP_WINDOW_COUNT", count, minimum=1, allowed="a whole number of buckets >= 1"
+            "DEDUP_WINDOW_COUNT",
+            count,
+            minimum=1,
+            allowed=f"a whole number of buckets from 1 to {MAX_WINDOW_COUNT:,}",
         )
+        if count > MAX_WINDOW_COUNT:
+            raise DedupConfigError(
+                f"DEDUP_WINDOW_COUNT must be a whole number of buckets from 1 to "
+                f"{MAX_WINDOW_COUNT:,} (every live bucket is checked for each request), got "
+                f"{count:,}; use a longer DEDUP_WINDOW instead"
+            )
         if not isinstance(tz, str) or not tz:
             raise DedupConfigError(f"DEDUP_WINDOW_TZ must be a time zone name, got {tz!r}")
         _zone(tz)
@@ -67,6 +82,12 @@ class WindowSpec:
             seconds = check_int("DEDUP_WINDOW", window, minimum=1, allowed=allowed)
         except DedupConfigError:
             raise DedupConfigError(f"DEDUP_WINDOW must be {allowed}, got {window!r}") from None
+        if seconds * count > MAX_WINDOW_SECONDS:
+            raise DedupConfigError(
+                f"DEDUP_WINDOW={seconds:,} s x DEDUP_WINDOW_COUNT={count:,} spans "
+                f"{seconds * count / 86400 / 365:,.0f} years; the window may span at most 100 "
+                "years (use 'month' buckets for long windows)"
+            )
         return cls("seconds", seconds, count, tz)
 
     @property

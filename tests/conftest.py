@@ -142,6 +142,18 @@ BACKENDS["windowed-bloom+scaling"] = lambda server, key="t:dedup", **kw: Windowe
 )
 
 
+#: The settings that build each row of the table from a crawler.
+SETTINGS_ROWS: dict[str, dict[str, Any]] = {
+    "set": {"DEDUP_BACKEND": "set"},
+    "hash": {"DEDUP_BACKEND": "hash"},
+    "bloom": {"DEDUP_BACKEND": "bloom"},
+    "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
+    "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},
+    "windowed-bloom+scaling": {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_BLOOM_SCALING": True},
+}
+assert set(SETTINGS_ROWS) == set(BACKENDS)
+
+
 @pytest.fixture(params=list(BACKENDS))
 def backend_name(request: pytest.FixtureRequest) -> str:
     return request.param

@@ -13,6 +13,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 
 from scrapy_dedup_suite.backends import BACKENDS, DedupBackend, SetBackend
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+from scrapy_dedup_suite.embedded import free_port
 from scrapy_dedup_suite.exceptions import (
     DedupBackendError,
     DedupConfigError,
@@ -20,7 +21,7 @@ from scrapy_dedup_suite.exceptions import (
 )
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
-from .servers import free_port
+from .servers import poll_until
 
 
 class MySpider(scrapy.Spider):
@@ -134,13 +135,30 @@ def test_request_meta_dedup_expire(redis_server, server):
     short = Request("http://example.test/short", meta={"dedup_expire": 0.3})
     assert df.request_seen(short) is False
     assert df.request_seen(short) is True
-    import time
+    # The field's expiry, by the server's clock, is the request's own.
+    ttl_ms = int(server.hget(df.backend.shard_of(df.fingerprint(short)), df.fingerprint(short)))
+    now_ms = int(server.time()[0]) * 1000 + int(server.time()[1]) // 1000
+    assert 0 < ttl_ms - now_ms <= 300
+    poll_until(lambda: df.request_seen(short) is False)
 
-    time.sleep(0.4)
-    assert df.request_seen(short) is False
-    bad = Request("http://example.test/bad", meta={"dedup_expire": "tomorrow"})
-    with pytest.raises(DedupConfigError, match="dedup_expire"):
-        df.request_seen(bad)
+
+@pytest.mark.parametrize("value", ["soon", -5, 0, 10**12, [60], float("inf"), float("nan")])
+def test_a_bad_dedup_expire_is_counted_once_and_the_request_checked(
+    redis_server, server, value, caplog
+):
+    df = make(redis_server, DEDUP_BACKEND="hash", DEDUP_EXPIRE=3600)
+    bad = [Request(f"http://example.test/bad/{i}", meta={"dedup_expire": value}) for i in range(3)]
+    with caplog.at_level(logging.ERROR, logger="scrapy_dedup_suite.dupefilter"):
+        assert [df.request_seen(r) for r in bad] == [False, False, False]
+        assert [df.request_seen(r) for r in bad] == [True, True, True]
+    errors = [r for r in caplog.records if "dedup_expire" in r.getMessage()]
+    assert len(errors) == 1, caplog.text
+    assert "DEDUP_EXPIRE applies" in errors[0].getMessage()
+    assert df.stats.get_value("dedup/invalid_expire") == 6
+    # The filter's own expiry (3600 s) applied to them.
+    fp = df.fingerprint(bad[0])
+    expiry_ms = int(server.hget(df.backend.shard_of(fp), fp))
+    assert expiry_ms - int(server.time()[0]) * 1000 > 3000 * 1000
 
 
 def test_unknown_backend_lists_valid_names(redis_server):
@@ -180,12 +198,35 @@ def test_custom_backend_by_dotted_path(redis_server, server):
             {"DEDUP_BACKEND": "bloom", "BLOOMFILTER_BIT": 20, "DEDUP_BLOOM_CAPACITY": 10},
             "BLOOMFILTER_BIT",
         ),
+        # Absurd sizes: refused at once with the largest sensible value, never a hang.
+        (
+            {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_CAPACITY": 10**15},
+            r"DEDUP_BLOOM_CAPACITY=1,000,000,000,000,000 .* the largest filter is 4,096 blocks",
+        ),
+        ({"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_BLOCKS": 10**6}, r"DEDUP_BLOOM_BLOCKS=.*4,096"),
+        (
+            {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_WINDOW": 1, "DEDUP_WINDOW_COUNT": 10**7},
+            r"DEDUP_WINDOW_COUNT .* from 1 to 1,000",
+        ),
+        (
+            {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_WINDOW": 10**9, "DEDUP_WINDOW_COUNT": 7},
+            "at most 100 years",
+        ),
+        ({"DEDUP_BACKEND": "hash", "DEDUP_HASH_SHARDS": 10**6}, r"DEDUP_HASH_SHARDS .* 4,096"),
+        ({"SCHEDULER_DUPEFILTER_KEY": "%s"}, r"only placeholder is %\(spider\)s"),
+        ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, r"REDIS_PARAMS\['socket_timeout'\]"),
+        ({"DEDUP_SOCKET_TIMEOUT": 0}, "DEDUP_SOCKET_TIMEOUT"),
     ],
 )
 def test_bad_settings_fail_at_start(redis_server, settings, match):
     crawler = get_crawler(MySpider, {"REDIS_URL": redis_server.url, **settings})
     with pytest.raises(DedupConfigError, match=match):
         RFPDupeFilter.from_crawler(crawler)
+
+
+def test_a_literal_percent_in_the_key_template(redis_server, server):
+    df = make(redis_server, SCHEDULER_DUPEFILTER_KEY="100%%:%(spider)s")
+    assert df.key == "100%:myspider"
 
 
 def test_legacy_bloomfilter_settings_size_the_filter(redis_server, server):

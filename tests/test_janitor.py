@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -111,6 +112,22 @@ def test_stop_resumes_in_the_next_pass(server):
     assert second.resumed and second.completed
     assert first.removed + second.removed == len(old)
     assert all_fields(server, backend) == set(new)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("shard", "garbage"), ("shard", "-1"), ("shard", "999"), ("cursor", "x"), ("cursor", "-5")],
+)
+def test_a_corrupted_progress_record_is_reset_with_a_warning(server, field, value, caplog):
+    backend, old, _new = seeded_hash(server, shards=2)
+    server.hset("t:h:janitor", mapping={"shard": 0, "cursor": 0, field: value})
+    with caplog.at_level(logging.WARNING):
+        report = Janitor(backend).run_pass()
+    assert report.completed and report.removed == len(old)
+    assert any("could not be read" in w for w in report.warnings)
+    assert "could not be read" in caplog.text
+    # And the passes after it run as usual.
+    assert Janitor(backend).run_pass().warnings == []
 
 
 def janitor_command(redis_settings, *args, timeout=120):
