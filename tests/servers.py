@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import redis
@@ -24,10 +24,14 @@ def redis_server_binary() -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def poll_until(condition: Callable[[], bool], timeout: float = 30.0, step: float = 0.02) -> None:
+    """Wait until ``condition()`` is true, failing after ``timeout`` seconds (a
+    deadline, not a margin: a slow machine only waits longer)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {condition}")
+        time.sleep(step)
 
 
 class RedisServer(EmbeddedRedis):
