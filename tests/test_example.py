@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .servers import free_port
+from scrapy_dedup_suite.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES, LINKS = 300, 10
