@@ -162,8 +162,12 @@ class BloomParams:
                 f"BLOOMFILTER_BIT must be a whole number from 3 to 40, got {bit}"
             )
         hashes = check_int(
-            "BLOOMFILTER_HASH_NUMBER", hashes, minimum=1, allowed="a whole number >= 1"
+            "BLOOMFILTER_HASH_NUMBER", hashes, minimum=1, allowed="a whole number from 1 to 64"
         )
+        if hashes > 64:  # each is a GETBIT per request; past this the math underflows too
+            raise DedupConfigError(
+                f"BLOOMFILTER_HASH_NUMBER must be a whole number from 1 to 64, got {hashes:,}"
+            )
         total = 2**bit
         blocks = max(1, total // MAX_BLOCK_BITS)
         # The capacity at which this m and k reach the requested error rate.

@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
-from . import config
+from . import config, scripts
 from .backends import DedupBackend, get_backend_class
 from .backends.base import cluster_node_error
 from .connection import get_redis, without_retries
@@ -70,6 +70,9 @@ TRANSIENT = (
 #: running, too few replicas (an OOM refusal of a script's own write is matched
 #: by its text).
 TRANSIENT_REPLIES = ("BUSY ", "NOREPLICAS ")
+
+#: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
+MAX_RETRIES = 10
 
 #: What a failed dedup call raises (RedisClusterException is not a RedisError).
 FAILURES = (RedisError, RedisClusterException, DedupBackendError)
@@ -162,8 +165,16 @@ class RFPDupeFilter(BaseDupeFilter):
         self.stats = stats
         self.on_error = config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR)
         self.retries = config.check_int(
-            "DEDUP_ERROR_RETRIES", retries, minimum=0, allowed="a whole number >= 0"
+            "DEDUP_ERROR_RETRIES",
+            retries,
+            minimum=0,
+            allowed=f"a whole number from 0 to {MAX_RETRIES}",
         )
+        if self.retries > MAX_RETRIES:
+            raise DedupConfigError(
+                f"DEDUP_ERROR_RETRIES must be a whole number from 0 to {MAX_RETRIES} (each "
+                f"retry may wait DEDUP_SOCKET_TIMEOUT), got {self.retries:,}"
+            )
         self.logdupes = True
         self._uses_expire = backend.uses_expire
         self._bad_expire_logged = False
@@ -384,7 +395,9 @@ class RFPDupeFilter(BaseDupeFilter):
                 f"fingerprint {fp!r} is not a hex digest of at least 16 bytes, which the "
                 f"{self.backend.name} backend needs"
             )
-        return DedupBackendError(f"Redis refused a {self.backend.name} dupefilter call: {message}")
+        return DedupBackendError(
+            f"Redis refused a {self.backend.name} dupefilter call: {scripts.explain(message)}"
+        )
 
     def log(self, request: Request, spider: Spider) -> None:
         if self.debug:

@@ -9,6 +9,7 @@ overhead, which matters on the one-round-trip hot path.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -26,11 +27,24 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+#: Every script by its SHA1, to explain an error a server reports by SHA and line.
+BY_SHA: dict[str, LuaScript] = {}
+
+
 class LuaScript:
     def __init__(self, name: str, *, shared: Sequence[str] = ()) -> None:
         self.name = name
         self.source = "\n".join([*(_read(part) for part in shared), _read(name)])
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+        BY_SHA[self.sha] = self
+
+    def command_at(self, line: int) -> str | None:
+        """The Redis command the script calls on ``line`` (1-based), if one."""
+        lines = self.source.splitlines()
+        if not 1 <= line <= len(lines):
+            return None
+        match = re.search(r"""(?:rcall|redis\.call)\(\s*['"](\w+)['"]""", lines[line - 1])
+        return match.group(1).upper() if match else None
 
     def load(self, client: Any) -> None:
         client.script_load(self.source)
@@ -44,6 +58,23 @@ class LuaScript:
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+def explain(message: str) -> str:
+    """``message`` with the command and script a server's script error points at
+    (an ACL or a renamed command refuses a call inside a script without naming it)."""
+    match = re.search(r"script: ([0-9a-f]{40}), on @user_script:(\d+)", message)
+    script = BY_SHA.get(match.group(1)) if match else None
+    if script is None or match is None:
+        return message
+    command = script.command_at(int(match.group(2)))
+    where = f"{script.name}.lua"
+    if command is None:
+        return f"{message} (in {where})"
+    return (
+        f"{message} (the command is {command}, in {where}: the Redis user needs it; see "
+        "README, 'Redis commands used')"
+    )
 
 
 BLOOM_ADD = LuaScript("bloom_add", shared=_SHARED)

@@ -216,6 +216,11 @@ def test_custom_backend_by_dotted_path(redis_server, server):
         ({"SCHEDULER_DUPEFILTER_KEY": "%s"}, r"only placeholder is %\(spider\)s"),
         ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, r"REDIS_PARAMS\['socket_timeout'\]"),
         ({"DEDUP_SOCKET_TIMEOUT": 0}, "DEDUP_SOCKET_TIMEOUT"),
+        ({"DEDUP_ERROR_RETRIES": 10**9}, "DEDUP_ERROR_RETRIES must be a whole number from 0 to 10"),
+        (
+            {"DEDUP_BACKEND": "bloom", "BLOOMFILTER_BIT": 30, "BLOOMFILTER_HASH_NUMBER": 10**9},
+            "BLOOMFILTER_HASH_NUMBER must be a whole number from 1 to 64",
+        ),
     ],
 )
 def test_bad_settings_fail_at_start(redis_server, settings, match):

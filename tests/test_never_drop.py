@@ -129,7 +129,8 @@ def test_a_server_pausing_past_the_socket_timeout_never_reports_a_new_request_se
             row,
             DEDUP_ON_ERROR="raise",
             DEDUP_ERROR_RETRIES=3,
-            REDIS_PARAMS={"socket_timeout": 0.2, "retry_on_timeout": True},
+            DEDUP_SOCKET_TIMEOUT=0.2,
+            REDIS_PARAMS={"retry_on_timeout": True},
         )
         sleeper = redis.Redis(port=pausing.port, socket_timeout=30)
         stop = threading.Event()
@@ -320,6 +321,36 @@ def test_an_eviction_policy_that_can_delete_the_filter_is_reported(
     assert any("maxmemory-policy" in w for w in report.warnings) is warned
     if warned:
         assert policy in caplog.text
+
+
+@pytest.mark.single_server
+def test_a_filter_larger_than_the_server_is_refused_before_allocating(server):
+    server.config_set("maxmemory", 64 * 2**20)
+    try:
+        big = BloomBackend(server, "t:big", BloomParams.from_capacity(100_000_000, 0.001))
+        with pytest.raises(DedupConfigError, match=r"needs 0.2 GiB .* Nothing was allocated"):
+            big.open()
+        assert server.keys("t:big*") == [] and server.keys("{t:big*") == []
+        # One that fits opens, and opens again once its memory is in use.
+        small = BloomBackend(server, "t:small", BloomParams.from_capacity(1_000_000, 0.001))
+        small.open()
+        BloomBackend(server, "t:small", small.params).open()
+    finally:
+        server.config_set("maxmemory", 0)
+
+
+@pytest.mark.single_server
+def test_an_acl_refusal_inside_a_script_names_the_command(redis_server, server):
+    server.execute_command("ACL", "SETUSER", "crawler", "on", ">pw", "~*", "+@all", "-setbit")
+    try:
+        opener = {"REDIS_URL": redis_server.url, "DEDUP_REDIS_CLUSTER": False}
+        dupefilter(opener, "bloom")  # created by a user who may write bits
+        url = redis_server.url.replace("redis://", "redis://crawler:pw@")
+        df = dupefilter({"REDIS_URL": url, "DEDUP_REDIS_CLUSTER": False}, "bloom")
+        with pytest.raises(DedupBackendError, match=r"the command is SETBIT, in bloom_add\.lua"):
+            df.request_seen(Request("http://acl.test/"))
+    finally:
+        server.execute_command("ACL", "DELUSER", "crawler")
 
 
 def test_a_truncated_block_is_refused(server):

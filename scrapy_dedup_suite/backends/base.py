@@ -187,6 +187,7 @@ class DedupBackend(ABC):
         """Check key types, create the parameter record or check it, load the scripts."""
         self.check_server()
         found = self.check_types(self.expected_types())
+        self._before_writing(found)
         spec = self.meta_spec()
         if spec is not None:
             self._stamp = spec.stamp
@@ -261,6 +262,33 @@ class DedupBackend(ABC):
                 self.key,
             )
 
+    def check_room(self, needed: int, setting: str) -> None:
+        """Refuse to allocate ``needed`` bytes that the server cannot hold (its
+        ``maxmemory``, else its host's memory), before anything is written."""
+        servers = (
+            [self.server.get_redis_connection(n) for n in self.server.get_primaries()]
+            if is_cluster(self.server)
+            else [self.server]
+        )
+        try:
+            infos = [client.info("memory") for client in servers]
+        except ResponseError:  # INFO refused (ACL)
+            return
+        room = 0
+        for info in infos:
+            limit = int(info.get("maxmemory", 0)) or int(info.get("total_system_memory", 0))
+            if not limit:
+                return
+            room += max(0, limit - int(info.get("used_memory", 0)))
+        if needed > room:
+            raise DedupConfigError(
+                f"The {self.name} filter at {self.key!r} needs {needed / 2**30:,.1f} GiB of "
+                f"Redis memory, and the server{'s' if len(infos) > 1 else ''} can hold "
+                f"{room / 2**30:,.1f} GiB more (maxmemory, or the host's memory). Nothing was "
+                f"allocated. Lower {setting} (or use a scalable filter, which grows as needed), "
+                "or give Redis more memory."
+            )
+
     #: The setting that says how many keys the data is split into (for advice).
     spread_setting: ClassVar[str] = ""
 
@@ -283,6 +311,10 @@ class DedupBackend(ABC):
                 self.spread_setting,
                 4 * masters,
             )
+
+    def _before_writing(self, found: dict[str, str]) -> None:  # noqa: B027 - optional hook
+        """Checks after the key types (``found``: type of each key) and before anything
+        is written (e.g. that the server has room for what :meth:`_prepare` allocates)."""
 
     def _prepare(self) -> None:  # noqa: B027 - optional hook
         """Backend-specific work after a successful open (e.g. allocating bitmaps)."""

@@ -403,6 +403,11 @@ class BloomBackend(Layered, DedupBackend):
     def with_key(self, key: str) -> BloomBackend:
         return BloomBackend(self.server, key, self.params, self.scaling)
 
+    def _before_writing(self, found: dict[str, str]) -> None:
+        missing = sum(found.get(block, "none") == "none" for block in self.block_keys)
+        if missing:
+            self.check_room(missing * ((self.params.block_bits + 7) // 8), "DEDUP_BLOOM_CAPACITY")
+
     def _prepare(self) -> None:
         for block, stamp in zip(self.block_keys, self.stamp_keys):
             keys = [stamp, block] if self.scaling is None else [stamp, block, f"{block}:layers"]
