@@ -89,10 +89,17 @@ def test_crawl_survives_a_redis_restart(tmp_path, site, own_server):
     while site.hits - hits < 40:
         assert thread.is_alive() and time.monotonic() < deadline
         time.sleep(0.02)
-    # Every link found while Redis is away is let through and downloaded, so the
-    # outage is kept short: stopped, then started again at once (empty).
+    # Every link found while Redis is away is let through and downloaded. The
+    # outage lasts until the crawl has certainly checked requests without Redis:
+    # at most site.pages requests were admitted before the stop (each a distinct
+    # page), so more hits than that mean some were let through while it was away.
     own_server.stop()
-    own_server.start()
+    stopped_at = site.hits
+    deadline = time.monotonic() + 120
+    while site.hits - stopped_at <= site.pages:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+    own_server.start()  # empty
     thread.join(180)
     stats = result["stats"]
 
