@@ -32,7 +32,8 @@ def main() -> None:
     else:
         from scrapy.settings import Settings
 
-        from scrapy_dedup_suite.dupefilter import RFPDupeFilter, build_backend
+        from scrapy_dedup_suite.backends import build_backend
+        from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 
         settings = Settings({"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_CAPACITY": 1_000_000})
         df = RFPDupeFilter(build_backend(settings, "crowd", server=server, key=key))

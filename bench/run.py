@@ -31,9 +31,9 @@ import redis
 from scrapy import Request
 
 from migrations.set_to_bloom import SetToBloom
-from scrapy_dedup_suite.backends import BloomBackend, HashBackend
+from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.dupefilter import RFPDupeFilter, build_backend
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.janitor import Janitor

@@ -52,7 +52,7 @@ def reset(redis_url: str, spider: str, backend: str) -> None:
     import redis
     from scrapy.settings import Settings
 
-    from scrapy_dedup_suite.dupefilter import build_backend
+    from scrapy_dedup_suite.backends import build_backend
 
     sys.path.insert(0, str(HERE))
     from example import settings as project

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_dedup_suite.backends import build_backend, dupefilter_key
 from scrapy_dedup_suite.commands import spider_settings
-from scrapy_dedup_suite.dupefilter import build_backend, dupefilter_key
 from scrapy_dedup_suite.exceptions import DedupError
 
 from .set_to_bloom import MigrationError, Progress, SetToBloom

@@ -27,15 +27,6 @@ def default(name: str) -> Any:
     return getattr(defaults, name)
 
 
-def get_str(settings: BaseSettings | dict[str, Any], name: str) -> str:
-    value = _raw(settings, name)
-    if value is _MISSING:
-        return default(name)
-    if not isinstance(value, str):
-        raise DedupConfigError(f"{name} must be a string, got {value!r} ({type(value).__name__})")
-    return value
-
-
 def check_bool(name: str, value: Any) -> bool:
     """``value`` as a bool: True/False, 1/0, or "true"/"false"/"1"/"0" as ``-s`` passes them."""
     if isinstance(value, bool):
@@ -87,13 +78,6 @@ def check_float(
     ):
         raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
     return number
-
-
-def get_int(settings: BaseSettings | dict[str, Any], name: str, *, minimum: int) -> int:
-    value = _raw(settings, name)
-    if value is _MISSING:
-        value = default(name)
-    return check_int(name, value, minimum=minimum)
 
 
 def check_capacity(name: str, value: Any) -> int:

@@ -30,7 +30,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
 from . import config, scripts
-from .backends import DedupBackend, get_backend_class
+from .backends import DedupBackend, build_backend, dupefilter_key  # noqa: F401 - re-exported
 from .backends.base import cluster_node_error
 from .connection import get_redis, without_retries
 from .exceptions import (
@@ -79,47 +79,6 @@ FAILURES = (RedisError, RedisClusterException, DedupBackendError)
 
 #: scrapy-redis's key for a dupefilter built without a spider (``from_settings``).
 SCRAPY_REDIS_DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
-
-
-def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) -> str:
-    """``SCHEDULER_DUPEFILTER_KEY`` if the project sets it, else the backend's default."""
-    template = settings.get("SCHEDULER_DUPEFILTER_KEY")
-    if template is None:
-        template = config.default("DEDUP_DEFAULT_KEYS").get(
-            backend_name, config.default("DEDUP_DEFAULT_KEY")
-        )
-    if isinstance(template, str) and "%" in template.replace("%%", "").replace("%(spider)s", ""):
-        raise config.DedupConfigError(
-            f"SCHEDULER_DUPEFILTER_KEY {template!r} is not a valid key template: the only "
-            "placeholder is %(spider)s (write %% for a literal %)"
-        )
-    if not isinstance(template, str):
-        raise config.DedupConfigError(
-            "SCHEDULER_DUPEFILTER_KEY must be a string such as '%(spider)s:dupefilter', "
-            f"got {template!r}"
-        )
-    try:
-        return template % {"spider": spider_name}
-    except (KeyError, ValueError, TypeError) as exc:
-        raise config.DedupConfigError(
-            f"SCHEDULER_DUPEFILTER_KEY {template!r} is not a valid key template ({exc}); the only "
-            "placeholder is %(spider)s"
-        ) from None
-
-
-def build_backend(
-    settings: BaseSettings, spider_name: str, server: Any = None, key: str | None = None
-) -> DedupBackend:
-    """The backend ``DEDUP_BACKEND`` names, built from settings, not yet opened.
-
-    ``key`` replaces the base key derived from ``SCHEDULER_DUPEFILTER_KEY``.
-    """
-    cls = get_backend_class(settings.get("DEDUP_BACKEND", config.default("DEDUP_BACKEND")))
-    if server is None:
-        server = get_redis(settings)
-    if key is None:
-        key = dupefilter_key(settings, cls.name or settings.get("DEDUP_BACKEND"), spider_name)
-    return cls.from_settings(server, key, settings)
 
 
 class RFPDupeFilter(BaseDupeFilter):

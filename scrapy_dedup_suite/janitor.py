@@ -422,7 +422,7 @@ class JanitorExtension:
     def spider_opened(self, spider: Spider) -> None:
         from apscheduler.triggers.interval import IntervalTrigger
 
-        from .dupefilter import build_backend
+        from .backends import build_backend
 
         settings = self.crawler.settings
         backend = build_backend(settings, spider.name)

@@ -76,7 +76,7 @@ class DedupSummary:
         return ext
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
-        from .dupefilter import build_backend
+        from .backends import build_backend
 
         backend = build_backend(self.crawler.settings, spider.name)
         try:

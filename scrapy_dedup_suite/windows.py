@@ -101,9 +101,6 @@ class WindowSpec:
     def as_meta(self) -> dict[str, str]:
         return {"window": self.name, "window_count": str(self.count), "window_tz": self.tz}
 
-    def nominal_seconds(self) -> int:
-        return {"hour": 3600, "day": 86400, "month": 31 * 86400}.get(self.unit, self.seconds)
-
     # -- bucket arithmetic --------------------------------------------------------------
 
     def bucket(self, now: float, j: int = 0) -> Bucket:

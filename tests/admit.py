@@ -12,7 +12,8 @@ import sys
 
 from scrapy.settings import Settings
 
-from scrapy_dedup_suite.dupefilter import RFPDupeFilter, build_backend
+from scrapy_dedup_suite.backends import build_backend
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
 

@@ -10,10 +10,14 @@ import redis
 from redis.cluster import RedisCluster
 from scrapy.settings import Settings
 
-from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends import (
+    BloomBackend,
+    HashBackend,
+    WindowedBloomBackend,
+    build_backend,
+)
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.connection import get_redis
-from scrapy_dedup_suite.dupefilter import build_backend
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.windows import WindowSpec
 

@@ -10,10 +10,9 @@ import pytest
 from scrapy.settings import Settings
 
 from migrations.set_to_bloom import SetToBloom
-from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
 from scrapy_dedup_suite.backends.bloom import scaling_from_settings
 from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
-from scrapy_dedup_suite.dupefilter import build_backend
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
 from scrapy_dedup_suite.windows import WindowSpec

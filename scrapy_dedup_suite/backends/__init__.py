@@ -1,9 +1,16 @@
-"""The registry: ``DEDUP_BACKEND`` names -> backend classes."""
+"""The registry (``DEDUP_BACKEND`` names -> backend classes) and the factory that
+builds a backend from settings, for the dupefilter, the janitor, the commands and
+the migration alike."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from .. import config
+from ..connection import get_redis
 from ..exceptions import DedupConfigError
 from .base import DedupBackend
 from .bloom import BloomBackend
@@ -48,6 +55,41 @@ def get_backend_class(name: object) -> type[DedupBackend]:
     return cls
 
 
+def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) -> str:
+    """``SCHEDULER_DUPEFILTER_KEY`` if the project sets it, else the backend's default."""
+    template = settings.get("SCHEDULER_DUPEFILTER_KEY")
+    if template is None:
+        template = config.default("DEDUP_DEFAULT_KEYS").get(
+            backend_name, config.default("DEDUP_DEFAULT_KEY")
+        )
+    if not isinstance(template, str):
+        raise DedupConfigError(
+            "SCHEDULER_DUPEFILTER_KEY must be a string such as '%(spider)s:dupefilter', "
+            f"got {template!r}"
+        )
+    if "%" in template.replace("%%", "").replace("%(spider)s", ""):
+        raise DedupConfigError(
+            f"SCHEDULER_DUPEFILTER_KEY {template!r} is not a valid key template: the only "
+            "placeholder is %(spider)s (write %% for a literal %)"
+        )
+    return template % {"spider": spider_name}
+
+
+def build_backend(
+    settings: BaseSettings, spider_name: str, server: Any = None, key: str | None = None
+) -> DedupBackend:
+    """The backend ``DEDUP_BACKEND`` names, built from settings, not yet opened.
+
+    ``key`` replaces the base key derived from ``SCHEDULER_DUPEFILTER_KEY``.
+    """
+    cls = get_backend_class(settings.get("DEDUP_BACKEND", config.default("DEDUP_BACKEND")))
+    if server is None:
+        server = get_redis(settings)
+    if key is None:
+        key = dupefilter_key(settings, cls.name or settings.get("DEDUP_BACKEND"), spider_name)
+    return cls.from_settings(server, key, settings)
+
+
 __all__ = [
     "BACKENDS",
     "BloomBackend",
@@ -55,5 +97,7 @@ __all__ = [
     "HashBackend",
     "SetBackend",
     "WindowedBloomBackend",
+    "build_backend",
+    "dupefilter_key",
     "get_backend_class",
 ]

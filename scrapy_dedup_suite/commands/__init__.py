@@ -9,8 +9,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 
-from ..backends import DedupBackend
-from ..dupefilter import build_backend
+from ..backends import DedupBackend, build_backend
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
