@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
 from scrapy_dedup_suite.backends import (
     BloomBackend,
@@ -26,6 +25,7 @@ from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 from scrapy_dedup_suite.windows import WindowSpec
 
+from .helpers import SETTINGS_ROWS, connect
 from .servers import RedisServer, Site, redis_server_binary
 
 TOPOLOGIES = ["single", "cluster"]
@@ -58,6 +58,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("topology", TOPOLOGIES)
 
 
+#: Modules whose every test starts subprocesses (crawls, commands, crawler processes).
+SUBPROCESS_MODULES = {"test_crawl", "test_concurrency", "test_example", "test_bench"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks from what a test uses: ``cluster`` (the cluster topology or fixture),
+    ``subprocess`` (crawls of the test site, or a module of subprocess tests), and
+    ``slow`` for both and for tests marked slow by hand; ``-m "not slow"`` is the
+    part that runs in about a minute."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if (params and params.params.get("topology") == "cluster") or "redis_cluster" in fixtures:
+            item.add_marker(pytest.mark.cluster)
+        if "site" in fixtures or module in SUBPROCESS_MODULES:
+            item.add_marker(pytest.mark.subprocess)
+        if item.get_closest_marker("cluster") or item.get_closest_marker("subprocess"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def topology() -> str:
     """``"single"`` unless the module sets ON_CLUSTER (then also ``"cluster"``)."""
@@ -78,13 +99,6 @@ def redis_settings(redis_url: str, topology: str) -> dict[str, Any]:
     return {"REDIS_URL": redis_url, "DEDUP_REDIS_CLUSTER": topology == "cluster"}
 
 
-def connect(url: str, topology: str) -> Any:
-    """A client as scrapy-redis builds it (bytes replies); a RedisCluster on the cluster."""
-    if topology == "cluster":
-        return RedisCluster.from_url(url)
-    return redis.Redis.from_url(url)
-
-
 @pytest.fixture
 def server(redis_url: str, topology: str) -> Iterator[Any]:
     """A client on a flushed server (every master of the cluster flushed)."""
@@ -93,11 +107,6 @@ def server(redis_url: str, topology: str) -> Iterator[Any]:
     client.script_flush()
     yield client
     client.close()
-
-
-def all_keys(client: Any) -> list[bytes]:
-    """Every key on the server or on every master of the cluster, sorted."""
-    return sorted(client.scan_iter(match="*", count=1000))
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +132,6 @@ BACKENDS: dict[str, BackendFactory] = {
         server, key, kw.get("params", SMALL), kw.get("window", WindowSpec.parse("day", 3))
     ),
 }
-#: The DEDUP_BACKEND names (crawls and processes take these).
-NAMES = list(BACKENDS)
 
 # Scalable variants, their first layer small enough that the shared tests grow
 # them past it (2,500 fingerprints over layers of 1,000, 2,000, ...).
@@ -142,19 +149,23 @@ BACKENDS["windowed-bloom+scaling"] = lambda server, key="t:dedup", **kw: Windowe
 )
 
 
-#: The settings that build each row of the table from a crawler.
-SETTINGS_ROWS: dict[str, dict[str, Any]] = {
-    "set": {"DEDUP_BACKEND": "set"},
-    "hash": {"DEDUP_BACKEND": "hash"},
-    "bloom": {"DEDUP_BACKEND": "bloom"},
-    "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
-    "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},
-    "windowed-bloom+scaling": {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_BLOOM_SCALING": True},
-}
-assert set(SETTINGS_ROWS) == set(BACKENDS)
+assert set(SETTINGS_ROWS) == set(BACKENDS)  # the same rows, built from settings (helpers.py)
+
+#: The table as pytest parameters, with ids and marks: every module parametrizes over it.
+ROWS = [
+    pytest.param(
+        name,
+        id=name,
+        marks=[
+            *([pytest.mark.bloom] if "bloom" in name else []),
+            *([pytest.mark.scalable] if "scaling" in name else []),
+        ],
+    )
+    for name in BACKENDS
+]
 
 
-@pytest.fixture(params=list(BACKENDS))
+@pytest.fixture(params=ROWS)
 def backend_name(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -166,10 +177,3 @@ def make_backend(server: redis.Redis, backend_name: str) -> Callable[..., DedupB
         return backend
 
     return make
-
-
-def fingerprints(n: int, salt: str = "") -> list[str]:
-    """n distinct 40-hex fingerprints (as scrapy-redis makes them)."""
-    import hashlib
-
-    return [hashlib.sha1(f"{salt}{i}".encode()).hexdigest() for i in range(n)]

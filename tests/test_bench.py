@@ -6,11 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import ROOT
 
 
 def test_bench_smoke_run(tmp_path, redis_server):

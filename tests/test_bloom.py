@@ -14,7 +14,7 @@ from scrapy_dedup_suite.exceptions import (
     InvalidFingerprintError,
 )
 
-from .conftest import fingerprints
+from .helpers import fingerprints
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 
@@ -159,6 +159,7 @@ def test_fingerprint_must_be_a_hex_digest(server):
         multi.check_and_add("short")
 
 
+@pytest.mark.slow
 def test_no_false_negatives_and_designed_false_positive_rate(server):
     """At capacity the measured rate stays near the designed one.
 

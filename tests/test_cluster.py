@@ -21,7 +21,7 @@ from scrapy_dedup_suite.connection import get_redis
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import fingerprints
+from .helpers import fingerprints
 
 
 @pytest.fixture

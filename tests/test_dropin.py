@@ -18,8 +18,8 @@ from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import FilterMismatchError
 
-from .conftest import BACKENDS, SETTINGS_ROWS, all_keys, fingerprints
-from .test_crawl import crawl, settings_for
+from .conftest import BACKENDS, ROWS
+from .helpers import all_keys, crawl, fingerprints, settings_for
 
 ON_CLUSTER = True
 
@@ -31,20 +31,14 @@ class MySpider(scrapy.Spider):
 # -- clear() while others record: the filter stays usable --------------------------------
 
 
-@pytest.mark.parametrize("row", list(SETTINGS_ROWS))
+@pytest.mark.parametrize("row", ROWS)
 def test_scrapy_redis_flush_on_start_then_a_later_run(
     tmp_path, site, redis_server, redis_settings, server, row
 ):
     """Run 1 persists; run 2 flushes on start (clear()) and records again; run 3 must
     open the filter and find everything seen (it used to refuse the keys as orphans)."""
-    extra = {k: v for k, v in SETTINGS_ROWS[row].items() if k != "DEDUP_BACKEND"}
     settings = settings_for(
-        redis_settings,
-        SETTINGS_ROWS[row]["DEDUP_BACKEND"],
-        "scrapy-redis",
-        redis_server.url,
-        SCHEDULER_PERSIST=True,
-        **extra,
+        redis_settings, row, "scrapy-redis", redis_server.url, SCHEDULER_PERSIST=True
     )
     first = crawl(tmp_path, site, settings, "first")["stats"]
     assert first["dedup/added"] == site.pages
@@ -251,7 +245,7 @@ def test_a_subclass_in_scrapy_redis_bloomfilter_style(server):
 
 
 @pytest.mark.single_server
-@pytest.mark.parametrize("row", list(BACKENDS))
+@pytest.mark.parametrize("row", ROWS)
 def test_a_subclass_request_fingerprint_is_honoured(server, row):
     class IgnoresSession(RFPDupeFilter):
         def request_fingerprint(self, request):
@@ -291,7 +285,7 @@ def scenario() -> list[Request]:
     return requests + list(reversed(requests))
 
 
-@pytest.mark.parametrize("row", list(BACKENDS))
+@pytest.mark.parametrize("row", ROWS)
 def test_request_seen_matches_scrapy_redis(server, topology, row):
     key_ref, key_ours = "ref:dupefilter", "ours:dupefilter"
     ours = RFPDupeFilter(BACKENDS[row](server, key_ours))

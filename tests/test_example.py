@@ -6,11 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from scrapy_dedup_suite.embedded import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import ROOT
+
 PAGES, LINKS = 300, 10
 OFFERED = 1 + PAGES * LINKS
 

@@ -13,8 +13,8 @@ from scrapy.utils.test import get_crawler
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError
 
+from .helpers import crawl
 from .servers import RedisServer, redis_server_binary
-from .test_crawl import crawl
 
 
 class MySpider(scrapy.Spider):

@@ -9,7 +9,7 @@ import pytest
 from scrapy_dedup_suite.backends import HashBackend
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 
-from .conftest import fingerprints
+from .helpers import fingerprints
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 

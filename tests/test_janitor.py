@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +17,10 @@ from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.janitor import Janitor
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import fingerprints
+from .helpers import ROOT, crawl, fingerprints, setting_args, settings_for
 from .servers import poll_until
-from .test_crawl import crawl, settings_for
-from .test_migrate import setting_args
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def seeded_hash(server, key="t:h", expired=3000, live=2000, shards=4):
@@ -143,6 +138,7 @@ def janitor_command(redis_settings, *args, timeout=120):
     )  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_killed_janitor_is_finished_by_the_next(redis_settings, server):
     backend, old, new = seeded_hash(server, key="killed:dedup-hash", expired=30000, live=1000)
     proc = janitor_command(
@@ -168,6 +164,7 @@ def test_killed_janitor_is_finished_by_the_next(redis_settings, server):
     assert all_fields(server, backend) == set(new)
 
 
+@pytest.mark.subprocess
 def test_command_once_prints_what_it_removed(redis_settings, server):
     seeded_hash(server, key="cmd:dedup-hash", expired=300, live=200)
     proc = janitor_command(redis_settings, "--spider", "cmd", "--once")
@@ -180,6 +177,7 @@ def test_command_once_prints_what_it_removed(redis_settings, server):
     assert report["removed"] == 0 and report["remaining"] == 200 and report["completed"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -197,6 +195,7 @@ def test_command_errors(redis_settings, server, args, code, message):
     assert message in out + err
 
 
+@pytest.mark.subprocess
 def test_command_runs_as_a_service_until_terminated(redis_settings, server):
     backend, _old, new = seeded_hash(server, key="svc:dedup-hash", expired=100, live=10)
     proc = janitor_command(redis_settings, "--spider", "svc", "--interval", "0.3")
@@ -282,5 +281,4 @@ def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, redis_setti
     assert "Janitor: a pass every 0.5 s" in result["log"]
     # The crawl ended normally, and no janitor thread outlived it.
     assert time.monotonic() - started < 60
-    print(result["threads"])
     assert not [t for t in result["threads"] if "APScheduler" in t or "ThreadPoolExecutor" in t]

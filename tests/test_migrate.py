@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,12 +17,9 @@ from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import all_keys, fingerprints
-from .test_crawl import crawl
+from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def fill_set(server, key: str, members: list[str]) -> None:
@@ -73,6 +69,7 @@ def test_bulk_bits_are_what_the_lua_sets(server):
         assert server.get(a) == server.get(b)
 
 
+@pytest.mark.subprocess
 @pytest.mark.single_server  # scrapy-redis's dupefilter writes the set with a plain client
 def test_scrapy_redis_crawl_then_bloom_filters_everything(tmp_path, site, redis_server, server):
     scrapy_redis = {
@@ -174,11 +171,7 @@ def test_resume_after_an_interrupted_run(server):
     assert server.get(target.block_keys[0]) == before
 
 
-def setting_args(redis_settings: dict) -> list[str]:
-    """``-s NAME=VALUE`` options that reach the server (or cluster) under test."""
-    return [arg for name, value in redis_settings.items() for arg in ("-s", f"{name}={value}")]
-
-
+@pytest.mark.subprocess
 def test_kill_9_then_resume(redis_settings, server):
     fill_set(server, "big:dupefilter", fingerprints(200_000))
     base = [
@@ -219,6 +212,7 @@ def snapshot(server) -> dict:
     return {k: server.dump(k) for k in all_keys(server)}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("prepare", "args", "code", "message"),
     [
@@ -255,6 +249,7 @@ def test_errors_write_nothing(redis_settings, server, prepare, args, code, messa
     assert snapshot(server) == before
 
 
+@pytest.mark.subprocess
 def test_too_small_names_the_rate_and_force_goes_on(redis_settings, server):
     fill_set(server, "s:dupefilter", fingerprints(1000))
     result = run_command(redis_settings, "--spider", "s", "--capacity", "100")
@@ -285,6 +280,7 @@ def test_resume_near_capacity_is_not_refused(server):
     assert SetToBloom(target, "src").run().migrated == 7000
 
 
+@pytest.mark.subprocess
 def test_dry_run_reports_and_writes_nothing(redis_settings, server):
     fill_set(server, "s:dupefilter", fingerprints(1000))
     before = snapshot(server)
@@ -296,6 +292,7 @@ def test_dry_run_reports_and_writes_nothing(redis_settings, server):
     assert snapshot(server) == before
 
 
+@pytest.mark.subprocess
 def test_delete_source_after_verification(redis_settings, server):
     fill_set(server, "s:dupefilter", fingerprints(2000))
     result = run_command(redis_settings, "--spider", "s", "--capacity", "5000", "--delete-source")

@@ -27,7 +27,8 @@ from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError
 from scrapy_dedup_suite.janitor import Janitor
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import BACKENDS, SETTINGS_ROWS, fingerprints
+from .conftest import BACKENDS, ROWS
+from .helpers import SETTINGS_ROWS, fingerprints
 from .servers import RedisServer, poll_until, redis_server_binary
 
 ON_CLUSTER = True
@@ -89,8 +90,9 @@ class Storm:
         self.thread.join()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_error", ["allow", "raise"])
-@pytest.mark.parametrize("row", list(BACKENDS))
+@pytest.mark.parametrize("row", ROWS)
 def test_a_client_kill_storm_never_reports_a_new_request_seen(
     redis_settings, server, row, on_error
 ):
@@ -115,8 +117,9 @@ def test_a_client_kill_storm_never_reports_a_new_request_seen(
     assert "dedup/filtered" not in stats.get_stats()
 
 
+@pytest.mark.slow
 @pytest.mark.single_server
-@pytest.mark.parametrize("row", list(BACKENDS))
+@pytest.mark.parametrize("row", ROWS)
 def test_a_server_pausing_past_the_socket_timeout_never_reports_a_new_request_seen(row):
     """DEBUG SLEEP longer than the client's socket timeout: the server runs the
     call after the client gave up, so a retry finds it recorded; that answer is
@@ -220,7 +223,7 @@ def test_the_raise_policy_retries_without_sleeping(monkeypatch):
 
 
 @pytest.mark.single_server
-@pytest.mark.parametrize("row", list(BACKENDS))
+@pytest.mark.parametrize("row", ROWS)
 def test_full_memory_follows_the_policy(redis_settings, server, row, caplog):
     df = dupefilter(redis_settings, row)
     strict = dupefilter(redis_settings, row, DEDUP_ON_ERROR="raise", DEDUP_ERROR_RETRIES=1)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_dedup_suite.backends import BloomBackend, HashBackend, SetBackend, WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.windows import WindowSpec
+from .conftest import BACKENDS, ROWS
 
 # Operations on a small universe of fingerprints, so that repeats are frequent.
 OPS = st.lists(
@@ -18,7 +17,6 @@ OPS = st.lists(
               st.lists(st.integers(0, 60), min_size=1, max_size=8)),
     min_size=1, max_size=40,
 )  # fmt: skip
-SMALL = BloomParams.from_capacity(10_000, 0.001)
 
 
 def fp(i: int) -> str:
@@ -56,41 +54,17 @@ def run(backend, ops, exact: bool) -> None:
                     assert not hit
 
 
-def with_flush(redis_server):
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    return client
-
-
 common = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 
+@pytest.mark.parametrize("row", ROWS)
 @common
 @given(ops=OPS)
-def test_set_backend_is_exact(redis_server, ops):
-    run(SetBackend(with_flush(redis_server), "p:set"), ops, exact=True)
-
-
-@common
-@given(ops=OPS)
-def test_hash_backend_is_exact(redis_server, ops):
-    run(HashBackend(with_flush(redis_server), "p:hash", shards=3), ops, exact=True)
-
-
-@common
-@given(ops=OPS)
-def test_bloom_backend_never_forgets(redis_server, ops):
-    # 61 distinct items in a filter for 10,000 at 0.1%: a false positive is
-    # possible but its probability is below 1e-20 per check, so exact too.
-    run(BloomBackend(with_flush(redis_server), "p:bloom", SMALL), ops, exact=True)
-
-
-@common
-@given(ops=OPS)
-def test_windowed_backend_never_forgets_within_the_window(redis_server, ops):
-    backend = WindowedBloomBackend(
-        with_flush(redis_server), "p:win", SMALL, WindowSpec.parse("day", 3)
-    )
-    run(backend, ops, exact=True)
+def test_every_backend_matches_an_exact_model(redis_server, row, ops):
+    # At most 61 distinct fingerprints in filters sized for thousands: a false
+    # positive is possible in principle but below 1e-6 per sequence, so exact too.
+    with redis.Redis.from_url(redis_server.url) as client:  # one per example, closed
+        client.flushall()
+        run(BACKENDS[row](client, "p:test"), ops, exact=True)

@@ -17,9 +17,7 @@ from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import all_keys, fingerprints
-from .test_concurrency import REQUESTS, run_crowd
-from .test_crawl import crawl, settings_for
+from .helpers import REQUESTS, all_keys, crawl, fingerprints, run_crowd, settings_for
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 
@@ -38,6 +36,7 @@ def measured_rate(backend, absent: list[str]) -> float:
     return sum(backend.contains_many(absent)) / len(absent)
 
 
+@pytest.mark.slow
 @pytest.mark.single_server  # arithmetic, not topology (the cluster runs the other tests)
 def test_error_rate_holds_at_1_2_4_8_times_the_capacity(server):
     scaling = Scaling(expansion=2)
@@ -186,7 +185,9 @@ def test_windowed_buckets_grow_and_expire_with_their_layers(server):
         server,
         "s:win",
         scaling.first_layer(200, 0.001, 2),
-        WindowSpec.parse(1, 2),
+        # Hour-long buckets on an injected clock: the keys' real TTLs (hours) cannot
+        # run out while the test runs, however slow the machine.
+        WindowSpec.parse(3600, 2),
         scaling=scaling,
         clock=lambda: clock[0],
     )
@@ -209,8 +210,11 @@ def test_windowed_buckets_grow_and_expire_with_their_layers(server):
     assert lost in report.restored_expiry and server.pttl(lost) > 0
     assert "layers" in report.filters[0]
     # The next bucket still sees them; two buckets later they are gone.
-    clock[0] += 1
+    clock[0] += 3600
     assert all(backend.contains_many(fps))
+    clock[0] += 3600
+    assert not any(backend.contains_many(fps))
+    assert backend.check_and_add(fps[0]) is False
     assert backend.clear() > 4
     assert not [k for k in all_keys(server) if k.startswith(b"{s:win")]
 

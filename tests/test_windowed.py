@@ -11,7 +11,7 @@ from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import all_keys, fingerprints
+from .helpers import all_keys, fingerprints
 from .servers import poll_until
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
@@ -33,6 +33,7 @@ class Clock:
         return self.now
 
 
+@pytest.mark.slow
 def test_real_expiry_with_a_window_of_seconds(server):
     """Seen at t: filtered until at least t + (count-1) x window, gone by t + count x window."""
     window = WindowSpec.parse(2, 2)

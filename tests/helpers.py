@@ -1,0 +1,134 @@
+"""Helpers the test modules share: real crawls and crowds in subprocesses, clients,
+fingerprints. Fixtures and the one table of backends are in conftest.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The settings that build each row of the backend table (conftest.BACKENDS) from a
+#: crawler, for crawls and crawler processes.
+SETTINGS_ROWS: dict[str, dict[str, Any]] = {
+    "set": {"DEDUP_BACKEND": "set"},
+    "hash": {"DEDUP_BACKEND": "hash"},
+    "bloom": {"DEDUP_BACKEND": "bloom"},
+    "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
+    "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},
+    "windowed-bloom+scaling": {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_BLOOM_SCALING": True},
+}
+
+SCHEDULERS = {
+    "scrapy": "scrapy.core.scheduler.Scheduler",
+    "scrapy-redis": "scrapy_redis.scheduler.Scheduler",
+}
+
+
+def crawl(
+    tmp_path: Path, site, settings: dict, name: str = "run", start_dont_filter: bool = False
+) -> dict:
+    out = tmp_path / f"{name}.json"
+    args = {
+        "start_url": f"{site.url}/page/0",
+        "settings": settings,
+        "out": str(out),
+        "start_dont_filter": start_dont_filter,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.crawl", json.dumps(args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    result["log"] = proc.stderr
+    return result
+
+
+def settings_for(
+    redis_settings: dict, backend: str, scheduler: str, queue_url: str = "", **extra
+) -> dict:
+    """A crawl's settings: ``backend`` is a row of the backend table (or a DEDUP_BACKEND)."""
+    where = dict(redis_settings)
+    if where["DEDUP_REDIS_CLUSTER"] and scheduler == "scrapy-redis":
+        # scrapy-redis's queue stays on a single server; the fingerprints go to the cluster.
+        where = {**where, "REDIS_URL": queue_url, "DEDUP_REDIS_URL": where["REDIS_URL"]}
+    return {
+        **where,
+        "SCHEDULER": SCHEDULERS[scheduler],
+        **SETTINGS_ROWS.get(backend, {"DEDUP_BACKEND": backend}),
+        "DEDUP_BLOOM_CAPACITY": 100_000,
+        "DEDUP_HASH_SHARDS": 4,
+        "DEDUP_WINDOW_COUNT": 3,
+        **extra,
+    }
+
+
+PROCESSES, REQUESTS = 4, 3000
+
+
+def run_crowd(
+    url: str, topology: str, backend: str, requests: int, settings: dict | None = None
+) -> Counter:
+    """PROCESSES crawler processes offer the same ``requests`` requests, each in its own
+    order, at the same moment; returns how often each fingerprint was admitted."""
+
+    def crawler(seed: int) -> subprocess.Popen[str]:
+        cluster = "1" if topology == "cluster" else "0"
+        args = [url, cluster, backend, str(seed), str(requests), json.dumps(settings or {})]
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.admit", *args],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    procs = [crawler(seed) for seed in range(PROCESSES)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    for p in procs:  # all offer the same requests, each in its own order, at once
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    admitted: Counter = Counter()
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        admitted.update(json.loads(out))
+    return admitted
+
+
+def setting_args(redis_settings: dict) -> list[str]:
+    """``-s NAME=VALUE`` options that reach the server (or cluster) under test."""
+    return [arg for name, value in redis_settings.items() for arg in ("-s", f"{name}={value}")]
+
+
+def connect(url: str, topology: str) -> Any:
+    """A client as scrapy-redis builds it (bytes replies); a RedisCluster on the cluster."""
+    if topology == "cluster":
+        return RedisCluster.from_url(url)
+    return redis.Redis.from_url(url)
+
+
+def all_keys(client: Any) -> list[bytes]:
+    """Every key on the server or on every master of the cluster, sorted."""
+    return sorted(client.scan_iter(match="*", count=1000))
+
+
+def fingerprints(n: int, salt: str = "") -> list[str]:
+    """n distinct 40-hex fingerprints (as scrapy-redis makes them)."""
+    return [hashlib.sha1(f"{salt}{i}".encode()).hexdigest() for i in range(n)]
