@@ -47,3 +47,16 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert "migrate-set-to-bloom: 5,000 members at" in proc.stdout
     assert proc.stdout.count("met ") + proc.stdout.count("MISSED ") == len(results["targets"])
     assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def test_request_seen_bench_runs(redis_server):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.request_seen", "--requests", "300", "--rounds", "1",
+         "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
+    assert rows == ["scrapy-redis", "set", "hash", "bloom", "windowed-bloom"]
+    assert "(1.00x)" in proc.stdout
