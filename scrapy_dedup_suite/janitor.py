@@ -1,6 +1,9 @@
 """The janitor: purges expired fingerprints from the hash backend, and reports on the others.
 
-One pass (:meth:`Janitor.run_pass`):
+One pass (:meth:`Janitor.run_pass`) does what the backend declares it can do
+(``DedupBackend.capabilities``: purge expired entries, report fill, restore lost
+expiries, count entries), so a custom backend gets what it declares. For the
+built-in backends:
 
 - **hash**: walks every shard with ``HSCAN`` (``DEDUP_JANITOR_BATCH`` fields per
   call) and deletes the fields whose expiry has passed by the Redis server's
@@ -37,8 +40,16 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from . import config, scripts
-from .backends import BloomBackend, DedupBackend, HashBackend, SetBackend, WindowedBloomBackend
-from .backends.base import as_str, janitor_lock_key, janitor_state_key
+from .backends import DedupBackend
+from .backends.base import (
+    COUNT,
+    PURGE_EXPIRED,
+    REPORT_FILL,
+    RESTORE_EXPIRY,
+    as_str,
+    janitor_lock_key,
+    janitor_state_key,
+)
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -59,7 +70,8 @@ class JanitorReport:
     key: str
     skipped: bool = False  # another janitor held the lock
     exists: bool = True  # False when the dupefilter has stored nothing yet
-    completed: bool = False  # the hash pass reached the end of every shard
+    purged: bool = False  # the backend's entries expire and this pass purged them
+    completed: bool = False  # the purge reached the end of every hash
     resumed: bool = False  # it continued a pass that had been interrupted
     scanned: int = 0
     removed: int = 0
@@ -81,7 +93,7 @@ class JanitorReport:
         if not self.exists:
             return head + "nothing stored yet, nothing to do"
         parts = []
-        if self.backend == "hash":
+        if self.purged:
             state = "finished" if self.completed else "interrupted"
             parts.append(
                 f"removed {self.removed:,} expired of {self.scanned:,} scanned fields "
@@ -178,20 +190,37 @@ class Janitor:
             if not self.backend.verify():
                 report.exists = False
                 report.completed = True
-            elif isinstance(self.backend, HashBackend):
-                self._purge_hash(self.backend, report)
-            elif isinstance(self.backend, WindowedBloomBackend):
-                self._windowed(self.backend, report)
-            elif isinstance(self.backend, BloomBackend):
-                self._bloom(self.backend, report)
-            elif isinstance(self.backend, SetBackend):
-                report.remaining = int(self.server.scard(self.backend.key))
+            else:
+                self._by_capability(report)
         finally:
             self._release()
             report.seconds = time.monotonic() - started
         for warning in report.warnings:
             logger.warning("Janitor: %s", warning)
         return report
+
+    def _by_capability(self, report: JanitorReport) -> None:
+        """What the backend declares it can do (``DedupBackend.capabilities``)."""
+        backend = self.backend
+        capabilities = backend.capabilities
+        if RESTORE_EXPIRY in capabilities:
+            report.restored_expiry = backend.restore_expiry()
+            if report.restored_expiry:
+                report.warnings.append(
+                    f"{len(report.restored_expiry)} key(s) of {backend.key!r} had lost their "
+                    "expiry; restored: " + ", ".join(report.restored_expiry)
+                )
+        if PURGE_EXPIRED in capabilities:
+            report.purged = True
+            self._purge(backend.purge_keys(), report)
+        if REPORT_FILL in capabilities:
+            for fill in backend.filter_reports():
+                report.filters.append(
+                    {k: v for k, v in fill.items() if k not in ("over_capacity", "error_rate")}
+                )
+                _capacity_warning(report, fill)
+        if COUNT in capabilities:
+            report.remaining = backend.count()
 
     # -- one pass at a time ---------------------------------------------------------------
 
@@ -213,13 +242,13 @@ class Janitor:
         seconds, micros = self.server.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def _purge_hash(self, backend: HashBackend, report: JanitorReport) -> None:
+    def _purge(self, keys: list[str], report: JanitorReport) -> None:
         state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
         try:
             shard = int(state.get("shard", 0))
             cursor = int(state.get("cursor", 0))
             report.resumed = "shard" in state
-            if not 0 <= shard < len(backend.shard_keys) or cursor < 0:
+            if not 0 <= shard < len(keys) or cursor < 0:
                 raise ValueError(f"shard {shard}, cursor {cursor}")
         except ValueError as exc:
             # A progress record that cannot be read (edited, or written by something
@@ -231,18 +260,18 @@ class Janitor:
             self.server.hdel(self.state_key, "shard", "cursor")
             shard, cursor, report.resumed = 0, 0, False
         invalid = 0
-        while shard < len(backend.shard_keys):
-            key = backend.shard_keys[shard]
+        while shard < len(keys):
+            key = keys[shard]
             while True:
                 if self._stop.is_set():
                     report.warnings.append("pass stopped on request; the next one resumes it")
-                    return self._finish_hash(backend, report, done=False)
+                    return self._finish_purge(keys, report, done=False)
                 if not self._keep_lock():
                     report.warnings.append(
                         "lost the janitor lock (a pass took longer than "
                         "DEDUP_JANITOR_LOCK_TIMEOUT); stopped, the next pass resumes"
                     )
-                    return self._finish_hash(backend, report, done=False)
+                    return self._finish_purge(keys, report, done=False)
                 t0 = time.perf_counter()
                 cursor, fields = self.server.hscan(key, cursor, count=self.batch)
                 self._timed(report, t0)
@@ -269,17 +298,18 @@ class Janitor:
                 self.server.hset(self.state_key, mapping={"shard": shard, "cursor": cursor})
             shard += 1
             cursor = 0
-            if shard < len(backend.shard_keys):
+            if shard < len(keys):
                 self.server.hset(self.state_key, mapping={"shard": shard, "cursor": 0})
         if invalid:
             report.warnings.append(
-                f"{invalid} field(s) of {backend.key!r} hold no expiry timestamp; left untouched"
+                f"{invalid} field(s) of {self.backend.key!r} hold no expiry timestamp; left "
+                "untouched"
             )
-        self._finish_hash(backend, report, done=True)
+        self._finish_purge(keys, report, done=True)
 
-    def _finish_hash(self, backend: HashBackend, report: JanitorReport, done: bool) -> None:
+    def _finish_purge(self, keys: list[str], report: JanitorReport, done: bool) -> None:
         pipe = self.server.pipeline(transaction=False)
-        for key in backend.shard_keys:
+        for key in keys:
             pipe.hlen(key)
         report.remaining = sum(int(n) for n in pipe.execute())
         report.completed = done
@@ -299,7 +329,7 @@ class Janitor:
         growth = [b - a for a, b in zip(history, history[1:])]
         if len(growth) == GROWTH_PASSES and all(g > 0 for g in growth):
             report.warnings.append(
-                f"{backend.key!r} grew in each of the last {GROWTH_PASSES} passes "
+                f"{self.backend.key!r} grew in each of the last {GROWTH_PASSES} passes "
                 f"({', '.join(f'+{g:,}' for g in growth)} fields) while this pass removed "
                 f"{report.removed:,}; if the crawl is not simply discovering new pages, "
                 "run the janitor more often (DEDUP_JANITOR_INTERVAL) or lower DEDUP_EXPIRE"
@@ -309,59 +339,16 @@ class Janitor:
         report.calls += 1
         report.slowest_call_ms = max(report.slowest_call_ms, (time.perf_counter() - t0) * 1000)
 
-    # -- Bloom filters ----------------------------------------------------------------------
 
-    def _bloom(self, backend: BloomBackend, report: JanitorReport) -> None:
-        info = backend.info()
-        fill = {k: info[k] for k in ("fill_ratio", "estimated_items", "estimated_error_rate")}
-        report.filters.append({**fill, "capacity": info["capacity"], **_layers(info)})
-        _capacity_warning(report, info, info["capacity"], info["error_rate"], "")
-
-    def _windowed(self, backend: WindowedBloomBackend, report: JanitorReport) -> None:
-        now = backend.now()
-        window = backend.window
-        for key in backend.bucket_keys_in_redis():
-            label = backend.label_of(key)
-            if label is None:
-                continue
-            ttl_ms = max(1, int((window.label_expiry(label) - now) * 1000))
-            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
-                report.restored_expiry.append(key)
-        if report.restored_expiry:
-            report.warnings.append(
-                f"{len(report.restored_expiry)} bucket key(s) of {backend.key!r} had lost their "
-                "expiry; restored: " + ", ".join(report.restored_expiry)
-            )
-        info = backend.info()
-        for bucket in info["buckets"]:
-            if not bucket["exists"]:
-                continue
-            keep = ("label", "fill_ratio", "estimated_items", "estimated_error_rate", "ttl_ms")
-            report.filters.append({**{k: bucket[k] for k in keep}, **_layers(bucket)})
-            _capacity_warning(
-                report, bucket, info["capacity_per_bucket"], info["error_rate"], bucket["label"]
-            )
-
-
-def _layers(info: dict[str, Any]) -> dict[str, Any]:
-    """Each layer's fill, for a scalable filter (nothing for a fixed one)."""
-    if "layers" not in info:
-        return {}
-    keep = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
-    return {"layers": [{k: layer[k] for k in keep} for layer in info["layers"]]}
-
-
-def _capacity_warning(
-    report: JanitorReport, fill: dict[str, Any], capacity: int, error_rate: float, label: str
-) -> None:
-    if fill["over_capacity"] or fill["estimated_error_rate"] > error_rate:
-        where = f" (bucket {label})" if label else ""
+def _capacity_warning(report: JanitorReport, fill: dict[str, Any]) -> None:
+    if fill["over_capacity"] or fill["estimated_error_rate"] > fill["error_rate"]:
+        where = f" (bucket {fill['label']})" if "label" in fill else ""
         report.warnings.append(
             f"the Bloom filter at {report.key!r}{where} holds about "
-            f"{fill['estimated_items']:,.0f} items, past its capacity of {capacity:,}: its "
-            f"false-positive rate is now about {fill['estimated_error_rate']:.3g} (designed "
-            f"{error_rate}); new requests are being filtered as duplicates. Size a new filter "
-            "with a larger DEDUP_BLOOM_CAPACITY"
+            f"{fill['estimated_items']:,.0f} items, past its capacity of {fill['capacity']:,}: "
+            f"its false-positive rate is now about {fill['estimated_error_rate']:.3g} "
+            f"(designed {fill['error_rate']}); new requests are being filtered as duplicates. "
+            "Size a new filter with a larger DEDUP_BLOOM_CAPACITY"
         )
 
 
@@ -475,7 +462,7 @@ def record(report: JanitorReport, stats: Any) -> None:
     stats.inc_value("dedup/janitor/removed", report.removed)
     stats.set_value("dedup/janitor/last_pass_seconds", round(report.seconds, 3))
     stats.max_value("dedup/janitor/slowest_call_ms", round(report.slowest_call_ms, 3))
-    if report.backend == "hash":
+    if report.purged:
         stats.set_value("dedup/janitor/remaining", report.remaining)
     if report.restored_expiry:
         stats.inc_value("dedup/janitor/restored_expiry", len(report.restored_expiry))

@@ -110,6 +110,42 @@ def test_stop_resumes_in_the_next_pass(server):
     assert all_fields(server, backend) == set(new)
 
 
+def test_a_custom_backend_gets_what_it_declares(server):
+    """The janitor chooses by the capabilities a backend declares, not by its class."""
+    from scrapy_dedup_suite.backends import SetBackend
+    from scrapy_dedup_suite.backends.base import COUNT, REPORT_FILL
+
+    class Audited(SetBackend):
+        name = "audited"
+        capabilities = frozenset({COUNT, REPORT_FILL})
+
+        def filter_reports(self):
+            n = self.count()
+            return [
+                {
+                    "fill_ratio": n / 100,
+                    "estimated_items": n,
+                    "estimated_error_rate": 0.5,
+                    "over_capacity": n > 100,
+                    "capacity": 100,
+                    "error_rate": 0.01,
+                }
+            ]
+
+    backend = Audited(server, "t:audited")
+    backend.add_many(fingerprints(150))
+    report = Janitor(backend).run_pass()
+    assert report.remaining == 150 and not report.purged
+    assert report.filters == [
+        {"fill_ratio": 1.5, "estimated_items": 150, "estimated_error_rate": 0.5, "capacity": 100}
+    ]
+    assert any("past its capacity of 100" in w for w in report.warnings)
+    # Declaring nothing, a backend gets the lock and the report, and nothing else.
+    plain = SetBackend(server, "t:audited")
+    plain.capabilities = frozenset()
+    assert Janitor(plain).run_pass().remaining == 0
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("shard", "garbage"), ("shard", "-1"), ("shard", "999"), ("cursor", "x"), ("cursor", "-5")],

@@ -103,6 +103,15 @@ class MetaSpec:
         return dict(part.partition("=")[::2] for part in stamp.split(";"))
 
 
+#: What a backend can do beyond checking and recording, declared by each backend
+#: (``capabilities``) and used by the janitor, so a custom backend gets what it
+#: declares and nothing is chosen by its class or name.
+PURGE_EXPIRED = "purge-expired"  # fields expire and must be purged: purge_keys()
+REPORT_FILL = "report-fill"  # Bloom filters: filter_reports()
+RESTORE_EXPIRY = "restore-expiry"  # keys that must carry an expiry: restore_expiry()
+COUNT = "count"  # an exact number of entries: count()
+
+
 class DedupBackend(ABC):
     """Storage of request fingerprints in Redis.
 
@@ -120,6 +129,8 @@ class DedupBackend(ABC):
     is_bloom: ClassVar[bool] = False
     #: Whether :meth:`check_and_add` honours a per-request expiry.
     uses_expire: ClassVar[bool] = False
+    #: What the janitor can do for this backend (see PURGE_EXPIRED and the others).
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, server: Any, key: str) -> None:
         if not isinstance(key, str) or not key:
@@ -440,6 +451,28 @@ class DedupBackend(ABC):
     def janitor_keys(self) -> dict[str, str]:
         """The janitor's progress record and lock for this backend, with their types."""
         return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
+
+    # -- capabilities (see ``capabilities``) -----------------------------------------------
+
+    def purge_keys(self) -> list[str]:
+        """PURGE_EXPIRED: the hashes whose fields (fingerprint -> expiry in Unix ms)
+        the janitor purges once expired."""
+        raise NotImplementedError
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        """REPORT_FILL: per filter (a time bucket has ``label`` and ``ttl_ms``): fill_ratio,
+        estimated_items, estimated_error_rate, over_capacity, capacity, error_rate and,
+        for a scalable filter, ``layers``."""
+        raise NotImplementedError
+
+    def restore_expiry(self) -> list[str]:
+        """RESTORE_EXPIRY: give each key that must expire and lost its expiry (a restore
+        from a backup, say) its expiry back; return those keys."""
+        raise NotImplementedError
+
+    def count(self) -> int:
+        """COUNT: how many entries are stored."""
+        raise NotImplementedError
 
     def migration_keys(self) -> dict[str, str]:
         """What a migration into this backend keeps while it runs (deleted by clear())."""

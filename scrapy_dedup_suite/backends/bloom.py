@@ -24,7 +24,14 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import DedupConfigError, FilterMismatchError
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, migration_state_key
+from .base import (
+    LAYOUT_VERSION,
+    REPORT_FILL,
+    DedupBackend,
+    MetaSpec,
+    as_str,
+    migration_state_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +141,14 @@ def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
         "estimated_error_rate": ratio**k,
         "over_capacity": estimated > params.capacity,
     }
+
+
+def layer_summary(info: dict[str, Any]) -> dict[str, Any]:
+    """Each layer's fill, for a scalable filter's report (nothing for a fixed one)."""
+    if "layers" not in info:
+        return {}
+    keep = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
+    return {"layers": [{k: layer[k] for k in keep} for layer in info["layers"]]}
 
 
 class Layered:
@@ -367,6 +382,7 @@ class Layered:
 class BloomBackend(Layered, DedupBackend):
     name = "bloom"
     is_bloom = True
+    capabilities = frozenset({REPORT_FILL})
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.BLOOM_ADD
     contains_script = scripts.BLOOM_CONTAINS
@@ -459,6 +475,18 @@ class BloomBackend(Layered, DedupBackend):
                 types[f"{block}:layers"] = "hash"
         types[self.meta_key] = "hash"
         return types
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        info = self.info()
+        keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
+        return [
+            {
+                **{k: info[k] for k in keep},
+                "capacity": info["capacity"],
+                "error_rate": info["error_rate"],
+                **layer_summary(info),
+            }
+        ]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -20,7 +20,7 @@ from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..exceptions import DedupConfigError
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, slot_sibling
+from .base import LAYOUT_VERSION, PURGE_EXPIRED, DedupBackend, MetaSpec, slot_sibling
 
 #: The most shards a hash filter may have (a few times a large cluster's masters).
 MAX_SHARDS = 4096
@@ -29,6 +29,7 @@ MAX_SHARDS = 4096
 class HashBackend(DedupBackend):
     name = "hash"
     uses_expire = True
+    capabilities = frozenset({PURGE_EXPIRED})
     spread_setting = "DEDUP_HASH_SHARDS"
     add_script = scripts.HASH_ADD
     contains_script = scripts.HASH_CONTAINS
@@ -70,6 +71,9 @@ class HashBackend(DedupBackend):
             expire=settings.get("DEDUP_EXPIRE", config.default("DEDUP_EXPIRE")),
             shards=settings.get("DEDUP_HASH_SHARDS", config.default("DEDUP_HASH_SHARDS")),
         )
+
+    def purge_keys(self) -> list[str]:
+        return list(self.shard_keys)
 
     def with_key(self, key: str) -> HashBackend:
         return HashBackend(self.server, key, expire=self.expire, shards=self.shards)

@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .base import DedupBackend, chunks
+from .base import COUNT, DedupBackend, chunks
 
 
 class SetBackend(DedupBackend):
     name = "set"
+    capabilities = frozenset({COUNT})
+
+    def count(self) -> int:
+        return int(self.server.scard(self.key))
 
     def with_key(self, key: str) -> SetBackend:
         return SetBackend(self.server, key)
@@ -50,5 +54,5 @@ class SetBackend(DedupBackend):
 
     def info(self) -> dict[str, Any]:
         info = super().info()
-        info["fingerprints"] = int(self.server.scard(self.key))
+        info["fingerprints"] = self.count()
         return info

@@ -29,13 +29,14 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling, check_fingerprint
 from ..windows import Bucket, WindowSpec
-from .base import DedupBackend, MetaSpec, as_str
+from .base import REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
 from .bloom import (
     Layered,
     bitmap_fill,
     block_prefix,
     bloom_params_from_settings,
     fill_report,
+    layer_summary,
     scaling_from_settings,
 )
 
@@ -47,6 +48,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
     name = "windowed-bloom"
     is_bloom = True
     keys_expire = True
+    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY})
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.WINDOWED_ADD
     contains_script = scripts.BLOOM_CONTAINS
@@ -212,6 +214,39 @@ class WindowedBloomBackend(Layered, DedupBackend):
         types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
         types[self.meta_key] = "hash"
         return types
+
+    def restore_expiry(self) -> list[str]:
+        now = self.now()
+        restored = []
+        for key in self.bucket_keys_in_redis():
+            label = self.label_of(key)
+            if label is None:
+                continue
+            ttl_ms = max(1, int((self.window.label_expiry(label) - now) * 1000))
+            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
+                restored.append(key)
+        return restored
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        info = self.info()
+        keep = (
+            "label",
+            "fill_ratio",
+            "estimated_items",
+            "estimated_error_rate",
+            "over_capacity",
+            "ttl_ms",
+        )
+        return [
+            {
+                **{k: bucket[k] for k in keep},
+                "capacity": info["capacity_per_bucket"],
+                "error_rate": info["error_rate"],
+                **layer_summary(bucket),
+            }
+            for bucket in info["buckets"]
+            if bucket["exists"]
+        ]
 
     def info(self) -> dict[str, Any]:
         info = super().info()
