@@ -36,7 +36,7 @@ from typing import Any, Union
 
 from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.backends.base import as_str, migration_state_key
+from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, migration_state_key
 from scrapy_dedup_suite.backends.bloom import block_prefix
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
@@ -227,6 +227,11 @@ class SetToBloom:
     ) -> None:
         if verify not in ("sample", "all"):
             raise MigrationError(f"verify must be 'sample' or 'all', got {verify!r}")
+        if BULK_TARGET not in target.capabilities:
+            raise TargetError(
+                f"The {target.name} backend cannot take a set's fingerprints as Bloom bits; "
+                "choose a Bloom target (--backend bloom or windowed-bloom)"
+            )
         self.target = target
         self.server = target.server
         self.source = source
@@ -268,13 +273,8 @@ class SetToBloom:
                 self._size_first_layer(members)
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
-        already = 0.0
-        if exists:
-            if isinstance(self.target, WindowedBloomBackend):
-                current = self.target.info()["buckets"][0]
-                already = current["estimated_items"] if current["exists"] else 0.0
-            else:
-                already = self.target.info()["estimated_items"]
+        # Where the bits go (a time bucket's label, or "") and what is there already.
+        bucket, already = self.target.bulk_fill()
         # Members already in the target (a resumed or repeated run) add nothing:
         # estimate their share from a sample so that they are not counted twice.
         new_members = members
@@ -285,9 +285,6 @@ class SetToBloom:
                 present = sum(self.target.contains_many(sample)) / len(sample)
                 new_members = round(members * (1 - present))
         p = self.params
-        bucket = ""
-        if isinstance(self.target, WindowedBloomBackend):
-            bucket = self.target.live_keys()[0][0].rsplit(":", 1)[1]
         resulting = p.designed_rate(already + new_members)
         capacity = p.capacity
         if self.target.scaling is not None:
@@ -542,11 +539,7 @@ class SetToBloom:
 
     def _target_keys(self, block: int) -> tuple[str, int]:
         """The key bits go into for ``block`` and the expiry (ms) it must carry, or 0."""
-        if isinstance(self.target, WindowedBloomBackend):
-            now = self.target.now()
-            key = self.target.live_keys(now)[block][0]
-            return key, max(1, int((self.target.window.expire_at(now) - now) * 1000))
-        return self.target.block_keys[block], 0
+        return self.target.bulk_target(block)
 
     def _tmp_key(self, block: int) -> str:
         # In the block's hash tag: the merge is one call on one cluster slot.

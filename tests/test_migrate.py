@@ -331,6 +331,16 @@ def test_delete_source_removes_only_what_the_target_holds(server):
     assert "kept (not migrated" in report.summary()
 
 
+def test_a_target_without_bulk_bits_is_refused(server):
+    from migrations.set_to_bloom import TargetError
+    from scrapy_dedup_suite.backends import HashBackend
+
+    fill_set(server, "src", fingerprints(10))
+    with pytest.raises(TargetError, match="cannot take a set's fingerprints as Bloom bits"):
+        SetToBloom(HashBackend(server, "t:h"), "src")
+    assert server.keys("t:h*") == []
+
+
 def test_failed_verification_keeps_the_source(server):
     fill_set(server, "src", fingerprints(500))
 

@@ -110,6 +110,7 @@ PURGE_EXPIRED = "purge-expired"  # fields expire and must be purged: purge_keys(
 REPORT_FILL = "report-fill"  # Bloom filters: filter_reports()
 RESTORE_EXPIRY = "restore-expiry"  # keys that must carry an expiry: restore_expiry()
 COUNT = "count"  # an exact number of entries: count()
+BULK_TARGET = "bulk-target"  # Bloom bits a migration may OR in: bulk_target(), bulk_fill()
 
 
 class DedupBackend(ABC):
@@ -472,6 +473,16 @@ class DedupBackend(ABC):
 
     def count(self) -> int:
         """COUNT: how many entries are stored."""
+        raise NotImplementedError
+
+    def bulk_target(self, block: int) -> tuple[str, int]:
+        """BULK_TARGET: the bitmap a migration ORs block ``block``'s bits into now, and
+        the expiry in ms it must carry (0: none)."""
+        raise NotImplementedError
+
+    def bulk_fill(self) -> tuple[str, float]:
+        """BULK_TARGET: where the bits go now (a bucket's label, or "") and about how
+        many fingerprints are there already."""
         raise NotImplementedError
 
     def migration_keys(self) -> dict[str, str]:

@@ -25,6 +25,7 @@ from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import DedupConfigError, FilterMismatchError
 from .base import (
+    BULK_TARGET,
     LAYOUT_VERSION,
     REPORT_FILL,
     DedupBackend,
@@ -382,7 +383,7 @@ class Layered:
 class BloomBackend(Layered, DedupBackend):
     name = "bloom"
     is_bloom = True
-    capabilities = frozenset({REPORT_FILL})
+    capabilities = frozenset({REPORT_FILL, BULK_TARGET})
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.BLOOM_ADD
     contains_script = scripts.BLOOM_CONTAINS
@@ -475,6 +476,12 @@ class BloomBackend(Layered, DedupBackend):
                 types[f"{block}:layers"] = "hash"
         types[self.meta_key] = "hash"
         return types
+
+    def bulk_target(self, block: int) -> tuple[str, int]:
+        return self.block_keys[block], 0
+
+    def bulk_fill(self) -> tuple[str, float]:
+        return "", self.info()["estimated_items"]
 
     def filter_reports(self) -> list[dict[str, Any]]:
         info = self.info()

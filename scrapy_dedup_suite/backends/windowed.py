@@ -29,7 +29,7 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling, check_fingerprint
 from ..windows import Bucket, WindowSpec
-from .base import REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
+from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
 from .bloom import (
     Layered,
     bitmap_fill,
@@ -48,7 +48,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
     name = "windowed-bloom"
     is_bloom = True
     keys_expire = True
-    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY})
+    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY, BULK_TARGET})
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.WINDOWED_ADD
     contains_script = scripts.BLOOM_CONTAINS
@@ -214,6 +214,15 @@ class WindowedBloomBackend(Layered, DedupBackend):
         types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
         types[self.meta_key] = "hash"
         return types
+
+    def bulk_target(self, block: int) -> tuple[str, int]:
+        """The current bucket of ``block``, with the expiry it must carry."""
+        now = self.now()
+        return self.live_keys(now)[block][0], self._ttl_ms(now)
+
+    def bulk_fill(self) -> tuple[str, float]:
+        current = self.info()["buckets"][0]
+        return current["label"], current["estimated_items"] if current["exists"] else 0.0
 
     def restore_expiry(self) -> list[str]:
         now = self.now()
