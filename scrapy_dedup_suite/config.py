@@ -1,8 +1,9 @@
-"""Typed, validated reading of ``DEDUP_*`` settings.
+"""The checks behind every setting: each turns a value into its type or raises a
+:class:`DedupConfigError` that names the setting and the values allowed.
 
-Components read settings here and hand plain values to constructors; the
-constructors validate again (with the same functions), so a backend built by
-hand gets the same clear errors as one built from a crawler.
+:mod:`.options` reads the settings once into options objects with these checks;
+constructors use the same checks for values given by hand, so a backend built
+without a crawler gets the same clear errors.
 """
 
 from __future__ import annotations

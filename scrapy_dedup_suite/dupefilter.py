@@ -41,6 +41,7 @@ from .exceptions import (
     WrongKeyTypeError,
 )
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
+from .options import ON_ERROR, DupefilterOptions, check_retries
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ON_ERROR = ("allow", "raise")
 
 #: Redis failures that follow DEDUP_ON_ERROR (connection lost, timeout, server
 #: loading or failing over, a cluster down, resharding or unreachable); anything
@@ -70,9 +70,6 @@ TRANSIENT = (
 #: running, too few replicas (an OOM refusal of a script's own write is matched
 #: by its text).
 TRANSIENT_REPLIES = ("BUSY ", "NOREPLICAS ")
-
-#: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
-MAX_RETRIES = 10
 
 #: What a failed dedup call raises (RedisClusterException is not a RedisError).
 FAILURES = (RedisError, RedisClusterException, DedupBackendError)
@@ -123,17 +120,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.debug = debug
         self.stats = stats
         self.on_error = config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR)
-        self.retries = config.check_int(
-            "DEDUP_ERROR_RETRIES",
-            retries,
-            minimum=0,
-            allowed=f"a whole number from 0 to {MAX_RETRIES}",
-        )
-        if self.retries > MAX_RETRIES:
-            raise DedupConfigError(
-                f"DEDUP_ERROR_RETRIES must be a whole number from 0 to {MAX_RETRIES} (each "
-                f"retry may wait DEDUP_SOCKET_TIMEOUT), got {self.retries:,}"
-            )
+        self.retries = check_retries(retries)
         self.logdupes = True
         self._uses_expire = backend.uses_expire
         self._bad_expire_logged = False
@@ -174,28 +161,16 @@ class RFPDupeFilter(BaseDupeFilter):
         if spider_name is None:
             # scrapy-redis's from_settings: a one-time key, "dupefilter:<timestamp>".
             key = SCRAPY_REDIS_DUPEFILTER_KEY % {"timestamp": int(time.time())}
-        timeout = config.check_float(
-            "DEDUP_SOCKET_TIMEOUT",
-            settings.get("DEDUP_SOCKET_TIMEOUT", config.default("DEDUP_SOCKET_TIMEOUT")),
-            low=0.0,
-            high=3600.0,
-            low_open=True,
-            high_open=False,
-            allowed="a number of seconds > 0 and <= 3600 (e.g. 5)",
-        )
-        server = get_redis(settings, socket_timeout=timeout)
+        options = DupefilterOptions.from_settings(settings)
+        server = get_redis(settings, socket_timeout=options.socket_timeout)
         backend = build_backend(settings, spider_name or "", server=server, key=key)
         return cls(
             backend,
-            fingerprint=get_fingerprinter(
-                settings.get("DEDUP_FINGERPRINTER", config.default("DEDUP_FINGERPRINTER")),
-                crawler,
-                uniform=backend.is_bloom,
-            ),
-            debug=settings.getbool("DUPEFILTER_DEBUG"),
+            fingerprint=get_fingerprinter(options.fingerprinter, crawler, uniform=backend.is_bloom),
+            debug=options.debug,
             stats=crawler.stats if crawler is not None else None,
-            on_error=settings.get("DEDUP_ON_ERROR", config.default("DEDUP_ON_ERROR")),
-            retries=settings.get("DEDUP_ERROR_RETRIES", config.default("DEDUP_ERROR_RETRIES")),
+            on_error=options.on_error,
+            retries=options.retries,
         )
 
     @classmethod

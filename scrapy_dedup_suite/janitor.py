@@ -50,6 +50,7 @@ from .backends.base import (
     janitor_lock_key,
     janitor_state_key,
 )
+from .options import JanitorOptions
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -158,13 +159,8 @@ class Janitor:
 
     @classmethod
     def from_settings(cls, backend: DedupBackend, settings: Any) -> Janitor:
-        return cls(
-            backend,
-            batch=settings.get("DEDUP_JANITOR_BATCH", config.default("DEDUP_JANITOR_BATCH")),
-            lock_timeout=settings.get(
-                "DEDUP_JANITOR_LOCK_TIMEOUT", config.default("DEDUP_JANITOR_LOCK_TIMEOUT")
-            ),
-        )
+        options = JanitorOptions.from_settings(settings)
+        return cls(backend, batch=options.batch, lock_timeout=options.lock_timeout)
 
     def stop(self) -> None:
         """Ask a running pass to stop after its current batch (it resumes next time)."""
@@ -389,16 +385,7 @@ class JanitorExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
-        settings = crawler.settings
-        interval = config.check_float(
-            "DEDUP_JANITOR_INTERVAL",
-            settings.get("DEDUP_JANITOR_INTERVAL", config.default("DEDUP_JANITOR_INTERVAL")),
-            low=0.0,
-            high=10 * 365 * 86400.0,
-            low_open=False,
-            high_open=False,
-            allowed="a number of seconds >= 0 (0 disables the janitor extension)",
-        )
+        interval = JanitorOptions.from_settings(crawler.settings).interval
         if interval == 0:
             raise NotConfigured("DEDUP_JANITOR_INTERVAL is 0")
         ext = cls(crawler, interval)

@@ -11,10 +11,10 @@ from scrapy.settings import Settings
 
 from migrations.set_to_bloom import SetToBloom
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
-from scrapy_dedup_suite.backends.bloom import scaling_from_settings
 from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
+from scrapy_dedup_suite.options import BloomOptions
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import REQUESTS, all_keys, crawl, fingerprints, run_crowd, settings_for
@@ -314,12 +314,13 @@ def test_a_scalable_filter_created_meanwhile_is_not_swamped(server):
 
 
 def test_settings(server):
-    assert scaling_from_settings(Settings({})) is None
-    assert scaling_from_settings(Settings({"DEDUP_BLOOM_EXPANSION": 4})).expansion == 4
-    assert scaling_from_settings(Settings({"DEDUP_BLOOM_SCALING": "true"})).expansion == 2
+    scaling = BloomOptions.scaling_from_settings
+    assert scaling(Settings({})) is None
+    assert scaling(Settings({"DEDUP_BLOOM_EXPANSION": 4})).expansion == 4
+    assert scaling(Settings({"DEDUP_BLOOM_SCALING": "true"})).expansion == 2
     # As `-s NAME=VALUE` passes them: strings.
     given = Settings({"DEDUP_BLOOM_EXPANSION": "3", "DEDUP_BLOOM_TIGHTENING": "0.8"})
-    assert scaling_from_settings(given) == Scaling(expansion=3, tightening=0.8)
+    assert scaling(given) == Scaling(expansion=3, tightening=0.8)
     for settings, message in [
         ({"DEDUP_BLOOM_SCALING": False, "DEDUP_BLOOM_EXPANSION": 2}, "Remove one"),
         ({"DEDUP_BLOOM_EXPANSION": 0}, "DEDUP_BLOOM_EXPANSION must be"),

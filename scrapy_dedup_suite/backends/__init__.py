@@ -12,6 +12,7 @@ from scrapy.utils.misc import load_object
 from .. import config
 from ..connection import get_redis
 from ..exceptions import DedupConfigError
+from ..options import value
 from .base import DedupBackend
 from .bloom import BloomBackend
 from .hash import HashBackend
@@ -82,7 +83,7 @@ def build_backend(
 
     ``key`` replaces the base key derived from ``SCHEDULER_DUPEFILTER_KEY``.
     """
-    cls = get_backend_class(settings.get("DEDUP_BACKEND", config.default("DEDUP_BACKEND")))
+    cls = get_backend_class(value(settings, "DEDUP_BACKEND"))
     if server is None:
         server = get_redis(settings)
     if key is None:

@@ -23,7 +23,8 @@ from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
-from ..exceptions import DedupConfigError, FilterMismatchError
+from ..exceptions import FilterMismatchError
+from ..options import BloomOptions
 from .base import (
     BULK_TARGET,
     LAYOUT_VERSION,
@@ -43,73 +44,6 @@ _BITCOUNT_CHUNK = 1 << 20
 COMPARED = ("layout", "scheme", "block_bits", "hashes", "blocks")
 #: ... and for a scalable filter, its growth.
 SCALING_COMPARED = ("scaling", "expansion", "tightening", "max_layers", "compound_error_rate")
-
-
-def scaling_from_settings(settings: BaseSettings) -> Scaling | None:
-    """``DEDUP_BLOOM_SCALING`` / ``DEDUP_BLOOM_EXPANSION`` / ``DEDUP_BLOOM_TIGHTENING`` /
-    ``DEDUP_BLOOM_MAX_LAYERS``: None for a fixed filter. Setting an expansion
-    factor alone turns scaling on."""
-    expansion_set = config.has(settings, "DEDUP_BLOOM_EXPANSION")
-    if config.has(settings, "DEDUP_BLOOM_SCALING"):
-        scaling = config.check_bool("DEDUP_BLOOM_SCALING", settings.get("DEDUP_BLOOM_SCALING"))
-        if not scaling and expansion_set:
-            raise DedupConfigError(
-                "DEDUP_BLOOM_SCALING is False but DEDUP_BLOOM_EXPANSION is set; an expansion "
-                "factor only means something for a scalable filter. Remove one of them."
-            )
-    else:
-        scaling = expansion_set or config.default("DEDUP_BLOOM_SCALING")
-    if not scaling:
-        return None
-    return Scaling(
-        expansion=config.check_int(
-            "DEDUP_BLOOM_EXPANSION",
-            settings.get("DEDUP_BLOOM_EXPANSION", config.default("DEDUP_BLOOM_EXPANSION")),
-            minimum=1,
-            allowed="a whole factor >= 1 (2 doubles each new layer)",
-        ),
-        tightening=settings.get("DEDUP_BLOOM_TIGHTENING", config.default("DEDUP_BLOOM_TIGHTENING")),
-        max_layers=config.check_int(
-            "DEDUP_BLOOM_MAX_LAYERS",
-            settings.get("DEDUP_BLOOM_MAX_LAYERS", config.default("DEDUP_BLOOM_MAX_LAYERS")),
-            minimum=1,
-        ),
-    )
-
-
-def bloom_params_from_settings(
-    settings: BaseSettings, scaling: Scaling | None = None
-) -> BloomParams:
-    """Filter shape from ``DEDUP_BLOOM_*``, or from scrapy-redis-bloomfilter's
-    ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER`` for people moving over.
-    With ``scaling``: the shape of the first layer."""
-    error_rate = settings.get("DEDUP_BLOOM_ERROR_RATE", config.default("DEDUP_BLOOM_ERROR_RATE"))
-    legacy = config.has(settings, "BLOOMFILTER_BIT") or config.has(
-        settings, "BLOOMFILTER_HASH_NUMBER"
-    )
-    capacity = settings.get("DEDUP_BLOOM_CAPACITY", config.default("DEDUP_BLOOM_CAPACITY"))
-    blocks = settings.get("DEDUP_BLOOM_BLOCKS", config.default("DEDUP_BLOOM_BLOCKS"))
-    if scaling is not None:
-        if legacy:
-            raise DedupConfigError(
-                "A scalable filter (DEDUP_BLOOM_SCALING / DEDUP_BLOOM_EXPANSION) is sized by "
-                "DEDUP_BLOOM_CAPACITY and DEDUP_BLOOM_ERROR_RATE; remove BLOOMFILTER_BIT and "
-                "BLOOMFILTER_HASH_NUMBER."
-            )
-        return scaling.first_layer(capacity, error_rate, blocks)
-    if legacy:
-        if config.has(settings, "DEDUP_BLOOM_CAPACITY"):
-            raise DedupConfigError(
-                "Both DEDUP_BLOOM_CAPACITY and BLOOMFILTER_BIT/BLOOMFILTER_HASH_NUMBER are set; "
-                "they size the same filter in two ways. Keep DEDUP_BLOOM_CAPACITY (and "
-                "DEDUP_BLOOM_ERROR_RATE) and remove the BLOOMFILTER_* settings."
-            )
-        return BloomParams.from_bit_exponent(
-            settings.get("BLOOMFILTER_BIT", 30),
-            settings.get("BLOOMFILTER_HASH_NUMBER", 6),
-            config.check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate),
-        )
-    return BloomParams.from_capacity(capacity, error_rate, blocks)
 
 
 def block_prefix(key: str, block: int) -> str:
@@ -410,8 +344,8 @@ class BloomBackend(Layered, DedupBackend):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> BloomBackend:
-        scaling = scaling_from_settings(settings)
-        return cls(server, key, bloom_params_from_settings(settings, scaling), scaling)
+        bloom = BloomOptions.from_settings(settings)
+        return cls(server, key, bloom.params, bloom.scaling)
 
     def meta_spec(self) -> MetaSpec:
         fields, compared = self.shape_meta()

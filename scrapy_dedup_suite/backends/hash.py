@@ -20,6 +20,7 @@ from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..exceptions import DedupConfigError
+from ..options import HashOptions
 from .base import LAYOUT_VERSION, PURGE_EXPIRED, DedupBackend, MetaSpec, slot_sibling
 
 #: The most shards a hash filter may have (a few times a large cluster's masters).
@@ -65,12 +66,8 @@ class HashBackend(DedupBackend):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> HashBackend:
-        return cls(
-            server,
-            key,
-            expire=settings.get("DEDUP_EXPIRE", config.default("DEDUP_EXPIRE")),
-            shards=settings.get("DEDUP_HASH_SHARDS", config.default("DEDUP_HASH_SHARDS")),
-        )
+        options = HashOptions.from_settings(settings)
+        return cls(server, key, expire=options.expire, shards=options.shards)
 
     def purge_keys(self) -> list[str]:
         return list(self.shard_keys)

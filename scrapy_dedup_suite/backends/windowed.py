@@ -28,16 +28,15 @@ from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling, check_fingerprint
+from ..options import BloomOptions, WindowOptions
 from ..windows import Bucket, WindowSpec
 from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
 from .bloom import (
     Layered,
     bitmap_fill,
     block_prefix,
-    bloom_params_from_settings,
     fill_report,
     layer_summary,
-    scaling_from_settings,
 )
 
 #: How often (seconds of this host's monotonic clock) the server's clock is re-read.
@@ -98,15 +97,9 @@ class WindowedBloomBackend(Layered, DedupBackend):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> WindowedBloomBackend:
-        window = WindowSpec.parse(
-            settings.get("DEDUP_WINDOW", config.default("DEDUP_WINDOW")),
-            settings.get("DEDUP_WINDOW_COUNT", config.default("DEDUP_WINDOW_COUNT")),
-            settings.get("DEDUP_WINDOW_TZ", config.default("DEDUP_WINDOW_TZ")),
-        )
-        scaling = scaling_from_settings(settings)
-        return cls(
-            server, key, bloom_params_from_settings(settings, scaling), window, scaling=scaling
-        )
+        bloom = BloomOptions.from_settings(settings)
+        window = WindowOptions.from_settings(settings).window
+        return cls(server, key, bloom.params, window, scaling=bloom.scaling)
 
     def with_key(self, key: str) -> WindowedBloomBackend:
         return WindowedBloomBackend(

@@ -54,6 +54,6 @@ def target_backend(settings: Settings, opts: argparse.Namespace) -> tuple[Settin
 
 def settings_value(settings: Settings, name: str, option: Any) -> Any:
     """A command-line option when given, else the setting (else its default)."""
-    from .. import config
+    from ..options import value
 
-    return option if option is not None else settings.get(name, config.default(name))
+    return option if option is not None else value(settings, name)

@@ -15,6 +15,7 @@ from scrapy.exceptions import UsageError
 from .. import config
 from ..exceptions import DedupError
 from ..janitor import Janitor, JanitorReport, make_scheduler
+from ..options import JanitorOptions
 from . import add_target_options, settings_value, target_backend
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Command(ScrapyCommand):
         from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
 
-        cron = opts.cron if opts.cron is not None else settings.get("DEDUP_JANITOR_CRON", "")
+        cron = opts.cron if opts.cron is not None else JanitorOptions.from_settings(settings).cron
         if cron:
             try:
                 trigger = CronTrigger.from_crontab(cron, timezone="UTC")

@@ -1,0 +1,211 @@
+"""Settings, read and validated once per component into plain typed options.
+
+Each component is built from its options object (``DupefilterOptions``,
+``HashOptions``, ``BloomOptions``, ``WindowOptions``, ``JanitorOptions``), so
+every component can be built and tested without a crawler, and every setting is
+read in one place, with its default from :mod:`.defaults` and an error that
+names it. (The connection's settings are scrapy-redis's, read by
+:func:`.connection.get_redis`.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from . import config
+from .bloom_math import BloomParams, Scaling
+from .exceptions import DedupConfigError
+from .windows import WindowSpec
+
+#: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
+MAX_RETRIES = 10
+#: What DEDUP_ON_ERROR may be.
+ON_ERROR = ("allow", "raise")
+
+
+def value(settings: BaseSettings, name: str) -> Any:
+    """The setting ``name``, or its default (``defaults.py``) when the project has none."""
+    found = settings.get(name)
+    return config.default(name) if found is None else found
+
+
+def check_retries(retries: Any) -> int:
+    retries = config.check_int(
+        "DEDUP_ERROR_RETRIES", retries, minimum=0, allowed=f"a whole number from 0 to {MAX_RETRIES}"
+    )
+    if retries > MAX_RETRIES:
+        raise DedupConfigError(
+            f"DEDUP_ERROR_RETRIES must be a whole number from 0 to {MAX_RETRIES} (each retry "
+            f"may wait DEDUP_SOCKET_TIMEOUT), got {retries:,}"
+        )
+    return retries
+
+
+@dataclass(frozen=True)
+class DupefilterOptions:
+    """The dupefilter's own settings (the backend's are in the backends' options)."""
+
+    fingerprinter: str
+    on_error: str
+    retries: int
+    socket_timeout: float
+    debug: bool
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> DupefilterOptions:
+        from .fingerprint import FINGERPRINTERS
+
+        return cls(
+            fingerprinter=config.check_choice(
+                "DEDUP_FINGERPRINTER", value(settings, "DEDUP_FINGERPRINTER"), FINGERPRINTERS
+            ),
+            on_error=config.check_choice(
+                "DEDUP_ON_ERROR", value(settings, "DEDUP_ON_ERROR"), ON_ERROR
+            ),
+            retries=check_retries(value(settings, "DEDUP_ERROR_RETRIES")),
+            socket_timeout=config.check_float(
+                "DEDUP_SOCKET_TIMEOUT",
+                value(settings, "DEDUP_SOCKET_TIMEOUT"),
+                low=0.0,
+                high=3600.0,
+                low_open=True,
+                high_open=False,
+                allowed="a number of seconds > 0 and <= 3600 (e.g. 5)",
+            ),
+            debug=settings.getbool("DUPEFILTER_DEBUG"),
+        )
+
+
+@dataclass(frozen=True)
+class HashOptions:
+    expire: float
+    shards: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> HashOptions:
+        # Checked by HashBackend, which hand-built backends go through too.
+        return cls(value(settings, "DEDUP_EXPIRE"), value(settings, "DEDUP_HASH_SHARDS"))
+
+
+@dataclass(frozen=True)
+class BloomOptions:
+    """The filter's shape (for a scalable filter: its first layer) and its growth."""
+
+    params: BloomParams
+    scaling: Scaling | None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> BloomOptions:
+        scaling = cls.scaling_from_settings(settings)
+        return cls(cls.params_from_settings(settings, scaling), scaling)
+
+    @staticmethod
+    def scaling_from_settings(settings: BaseSettings) -> Scaling | None:
+        """``DEDUP_BLOOM_SCALING`` / ``_EXPANSION`` / ``_TIGHTENING`` / ``_MAX_LAYERS``:
+        None for a fixed filter. Setting an expansion factor alone turns scaling on."""
+        expansion_set = config.has(settings, "DEDUP_BLOOM_EXPANSION")
+        if config.has(settings, "DEDUP_BLOOM_SCALING"):
+            scaling = config.check_bool("DEDUP_BLOOM_SCALING", settings.get("DEDUP_BLOOM_SCALING"))
+            if not scaling and expansion_set:
+                raise DedupConfigError(
+                    "DEDUP_BLOOM_SCALING is False but DEDUP_BLOOM_EXPANSION is set; an expansion "
+                    "factor only means something for a scalable filter. Remove one of them."
+                )
+        else:
+            scaling = expansion_set or config.default("DEDUP_BLOOM_SCALING")
+        if not scaling:
+            return None
+        return Scaling(
+            expansion=config.check_int(
+                "DEDUP_BLOOM_EXPANSION",
+                value(settings, "DEDUP_BLOOM_EXPANSION"),
+                minimum=1,
+                allowed="a whole factor >= 1 (2 doubles each new layer)",
+            ),
+            tightening=value(settings, "DEDUP_BLOOM_TIGHTENING"),
+            max_layers=config.check_int(
+                "DEDUP_BLOOM_MAX_LAYERS", value(settings, "DEDUP_BLOOM_MAX_LAYERS"), minimum=1
+            ),
+        )
+
+    @staticmethod
+    def params_from_settings(settings: BaseSettings, scaling: Scaling | None) -> BloomParams:
+        """Filter shape from ``DEDUP_BLOOM_*``, or from scrapy-redis-bloomfilter's
+        ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER`` for people moving over.
+        With ``scaling``: the shape of the first layer."""
+        error_rate = value(settings, "DEDUP_BLOOM_ERROR_RATE")
+        legacy = config.has(settings, "BLOOMFILTER_BIT") or config.has(
+            settings, "BLOOMFILTER_HASH_NUMBER"
+        )
+        capacity = value(settings, "DEDUP_BLOOM_CAPACITY")
+        blocks = value(settings, "DEDUP_BLOOM_BLOCKS")
+        if scaling is not None:
+            if legacy:
+                raise DedupConfigError(
+                    "A scalable filter (DEDUP_BLOOM_SCALING / DEDUP_BLOOM_EXPANSION) is sized by "
+                    "DEDUP_BLOOM_CAPACITY and DEDUP_BLOOM_ERROR_RATE; remove BLOOMFILTER_BIT and "
+                    "BLOOMFILTER_HASH_NUMBER."
+                )
+            return scaling.first_layer(capacity, error_rate, blocks)
+        if legacy:
+            if config.has(settings, "DEDUP_BLOOM_CAPACITY"):
+                raise DedupConfigError(
+                    "Both DEDUP_BLOOM_CAPACITY and BLOOMFILTER_BIT/BLOOMFILTER_HASH_NUMBER are "
+                    "set; they size the same filter in two ways. Keep DEDUP_BLOOM_CAPACITY (and "
+                    "DEDUP_BLOOM_ERROR_RATE) and remove the BLOOMFILTER_* settings."
+                )
+            return BloomParams.from_bit_exponent(
+                settings.get("BLOOMFILTER_BIT", 30),
+                settings.get("BLOOMFILTER_HASH_NUMBER", 6),
+                config.check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate),
+            )
+        return BloomParams.from_capacity(capacity, error_rate, blocks)
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    window: WindowSpec
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> WindowOptions:
+        return cls(
+            WindowSpec.parse(
+                value(settings, "DEDUP_WINDOW"),
+                value(settings, "DEDUP_WINDOW_COUNT"),
+                value(settings, "DEDUP_WINDOW_TZ"),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class JanitorOptions:
+    interval: float
+    cron: str
+    batch: int
+    lock_timeout: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> JanitorOptions:
+        cron = value(settings, "DEDUP_JANITOR_CRON")
+        if not isinstance(cron, str):
+            raise DedupConfigError(
+                f"DEDUP_JANITOR_CRON must be a cron expression such as '*/10 * * * *', got {cron!r}"
+            )
+        return cls(
+            interval=config.check_float(
+                "DEDUP_JANITOR_INTERVAL",
+                value(settings, "DEDUP_JANITOR_INTERVAL"),
+                low=0.0,
+                high=10 * 365 * 86400.0,
+                low_open=False,
+                high_open=False,
+                allowed="a number of seconds >= 0 (0 disables the janitor extension)",
+            ),
+            cron=cron,
+            # Checked by Janitor, which hand-built janitors go through too.
+            batch=value(settings, "DEDUP_JANITOR_BATCH"),
+            lock_timeout=value(settings, "DEDUP_JANITOR_LOCK_TIMEOUT"),
+        )
