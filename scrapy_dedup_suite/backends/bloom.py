@@ -4,9 +4,10 @@ Layout for base key K: blocks ``{K:0}`` ... ``{K:B-1}`` (Redis strings of m
 bits each; the hash tag keeps whatever one call touches in one cluster slot
 while different blocks land in different slots) and the parameter record
 ``K:meta`` (a hash: capacity, error rate, m, k, blocks, hashing scheme),
-checked every time the filter is opened. All k bits of a fingerprint are in
-one block, chosen from the fingerprint; a check-and-add is one Lua call
-(GETBIT x k, then SETBIT of the missing bits).
+checked every time the filter is opened, with a stamp ``{K:b}:meta`` per block in
+the block's slot (lua/stamp.lua). All k bits of a fingerprint are in one block,
+chosen from the fingerprint; a check-and-add is one Lua call (GETBIT x k, then
+the stamp, STRLEN and SETBIT of the missing bits).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ check and the write are one Lua call. Fingerprints are spread over
 ``DEDUP_HASH_SHARDS`` hashes (``<key>:0`` ... ``<key>:<shards-1>``, by CRC32 of
 the fingerprint) so that a janitor can purge expired fields in small batches
 and a Redis Cluster spreads them over its masters. The parameter record lives
-in ``<key>:meta``.
+in ``<key>:meta``, and each shard has a stamp in its own slot (lua/stamp.lua).
 """
 
 from __future__ import annotations
