@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import redis
 from scrapy import Request
+from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom
 
-from migrations.set_to_bloom import SetToBloom
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter

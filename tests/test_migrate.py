@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
+from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom, VerificationError, positions
 
-from migrations.set_to_bloom import SetToBloom, VerificationError, positions
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
 from scrapy_dedup_suite.windows import WindowSpec
@@ -332,13 +332,28 @@ def test_delete_source_removes_only_what_the_target_holds(server):
 
 
 def test_a_target_without_bulk_bits_is_refused(server):
-    from migrations.set_to_bloom import TargetError
+    from scrapy_dedup_suite.migrations.set_to_bloom import TargetError
+
     from scrapy_dedup_suite.backends import HashBackend
 
     fill_set(server, "src", fingerprints(10))
     with pytest.raises(TargetError, match="cannot take a set's fingerprints as Bloom bits"):
         SetToBloom(HashBackend(server, "t:h"), "src")
     assert server.keys("t:h*") == []
+
+
+@pytest.mark.subprocess
+def test_a_projects_own_migrations_package_does_not_shadow_the_command(tmp_path):
+    """Installed as scrapy_dedup_suite.migrations: a project's top-level migrations/
+    (Alembic, Flask-Migrate) on sys.path leaves the command's entry point intact."""
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "migrations" / "__init__.py").write_text("ALEMBIC = True\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "migrate-set-to-bloom", "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "migrate-set-to-bloom (--spider NAME" in proc.stdout
 
 
 def test_failed_verification_keeps_the_source(server):

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 from scrapy.settings import Settings
+from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom
 
-from migrations.set_to_bloom import SetToBloom
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
 from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
