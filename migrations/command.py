@@ -57,7 +57,7 @@ class Command(ScrapyCommand):
         group.add_argument(
             "--to",
             choices=TARGETS,
-            help="target backend (default: DEDUP_BACKEND if it is one of these, else bloom); "
+            help="target backend (default DEDUP_BACKEND if it is one of these, else bloom); "
             "windowed-bloom fills the current bucket",
         )
         group.add_argument(
@@ -150,7 +150,9 @@ class Command(ScrapyCommand):
 
     def _migration(self, opts: argparse.Namespace, progress: Progress) -> SetToBloom:
         assert self.settings is not None
-        settings = spider_settings(self.settings, opts.spider).copy()
+        settings = spider_settings(
+            self.settings, opts.spider, "or name the set and the filter with --source and --target"
+        ).copy()
         to = opts.to or (
             settings.get("DEDUP_BACKEND") if settings.get("DEDUP_BACKEND") in TARGETS else "bloom"
         )

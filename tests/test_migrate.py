@@ -356,6 +356,34 @@ def test_a_projects_own_migrations_package_does_not_shadow_the_command(tmp_path)
     assert "migrate-set-to-bloom (--spider NAME" in proc.stdout
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("command", "text", "instead", "wrong"),
+    [
+        ("dedup-janitor", "hash fields per Redis call", "with --key", None),
+        ("migrate-set-to-bloom", "target backend", "--source and --target", "--key"),
+    ],
+)
+def test_command_help_and_a_missing_spider(command, text, instead, wrong):
+    """Help texts render as text (a line ending in a colon would become a heading),
+    and a spider that is not in the project gets advice with the command's own options."""
+    project = ROOT / "example_project"
+    run = [sys.executable, "-m", "scrapy.cmdline", command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    helped = subprocess.run([*run, "--help"], cwd=project, capture_output=True, text=True, env=env)
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert text in helped.stdout
+    assert text.title() not in helped.stdout
+    missing = subprocess.run(
+        [*run, "--spider", "nosuch"], cwd=project, capture_output=True, text=True, env=env
+    )
+    assert missing.returncode == 2
+    assert "Spider 'nosuch' not found in this project" in missing.stderr + missing.stdout
+    assert instead in missing.stderr + missing.stdout
+    if wrong:
+        assert wrong not in missing.stderr + missing.stdout
+
+
 def test_failed_verification_keeps_the_source(server):
     fill_set(server, "src", fingerprints(500))
 

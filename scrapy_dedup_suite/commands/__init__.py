@@ -27,8 +27,12 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def spider_settings(settings: Settings, spider: str | None) -> Settings:
-    """The project's settings with the spider's ``custom_settings`` applied, as in a crawl."""
+def spider_settings(
+    settings: Settings, spider: str | None, instead: str = "or give the key with --key"
+) -> Settings:
+    """The project's settings with the spider's ``custom_settings`` applied, as in a crawl.
+
+    ``instead``: what to do rather than name a spider (each command has its options)."""
     if not spider or not settings.getlist("SPIDER_MODULES"):
         return settings
     loader = get_spider_loader(settings)
@@ -38,7 +42,7 @@ def spider_settings(settings: Settings, spider: str | None) -> Settings:
         names = ", ".join(sorted(loader.list())) or "none"
         raise UsageError(
             f"Spider {spider!r} not found in this project (spiders: {names}); "
-            "give its name as the crawl uses it, or the key with --key"
+            f"give its name as the crawl uses it, {instead}"
         ) from None
     copy = settings.copy()
     spidercls.update_settings(copy)

@@ -57,7 +57,9 @@ class Command(ScrapyCommand):
             "--batch",
             type=int,
             metavar="N",
-            help="hash fields per Redis call (default: DEDUP_JANITOR_BATCH, 200)",
+            # No colon in help texts: Scrapy's help formatter takes a line that ends
+            # with one for a heading.
+            help="hash fields per Redis call (default DEDUP_JANITOR_BATCH, 200)",
         )
         group.add_argument("--json", action="store_true", help="print each report as JSON")
 
