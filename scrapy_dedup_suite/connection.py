@@ -37,6 +37,13 @@ def is_cluster(server: Any) -> bool:
     return isinstance(server, RedisCluster)
 
 
+def masters(server: Any) -> list[Any]:
+    """A client per master: every primary of a cluster, or the server itself."""
+    if is_cluster(server):
+        return [server.get_redis_connection(node) for node in server.get_primaries()]
+    return [server]
+
+
 def nodes_of(server: Any, keys: list[str]) -> dict[str, int]:
     """How many of ``keys`` each master holds: ``{"host:port": n}`` on a cluster,
     ``{"server": len(keys)}`` on a single server."""

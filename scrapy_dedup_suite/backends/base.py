@@ -14,7 +14,7 @@ from redis.exceptions import AskError, NoScriptError, ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..connection import is_cluster, nodes_of
+from ..connection import is_cluster, masters, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
 
 logger = logging.getLogger(__name__)
@@ -233,12 +233,7 @@ class DedupBackend(ABC):
 
     def eviction_risk(self) -> str | None:
         """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
-        servers = (
-            [self.server.get_redis_connection(n) for n in self.server.get_primaries()]
-            if is_cluster(self.server)
-            else [self.server]
-        )
-        for client in servers:
+        for client in masters(self.server):
             try:
                 policy = as_str(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
             except ResponseError:  # CONFIG refused (ACL, renamed on a managed server)
@@ -277,13 +272,8 @@ class DedupBackend(ABC):
     def check_room(self, needed: int, setting: str) -> None:
         """Refuse to allocate ``needed`` bytes that the server cannot hold (its
         ``maxmemory``, else its host's memory), before anything is written."""
-        servers = (
-            [self.server.get_redis_connection(n) for n in self.server.get_primaries()]
-            if is_cluster(self.server)
-            else [self.server]
-        )
         try:
-            infos = [client.info("memory") for client in servers]
+            infos = [client.info("memory") for client in masters(self.server)]
         except ResponseError:  # INFO refused (ACL)
             return
         room = 0

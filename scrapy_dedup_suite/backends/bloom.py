@@ -262,6 +262,19 @@ class Layered:
                 last.error_rate,
             )
 
+    def _place_blocks(self, blocks: int) -> None:
+        """The stamp of each block, and how to tell a key of this filter's blocks."""
+        self.stamp_keys = [self.block_stamp(b) for b in range(blocks)]
+        self._block_re = re.compile("^" + re.escape("{" + self.key + ":") + r"([0-9]+)\}")
+
+    def block(self, fingerprint: str) -> int:
+        """The block that holds ``fingerprint``'s bits."""
+        try:
+            return self.params.block_of(fingerprint)
+        except (ValueError, TypeError):
+            check_fingerprint(fingerprint)
+            raise
+
     def block_stamp(self, block: int) -> str:
         """The stamp of block ``block`` (lua/stamp.lua): in the block's hash tag."""
         return f"{block_prefix(self.key, block)}:meta"
@@ -339,8 +352,7 @@ class BloomBackend(Layered, DedupBackend):
             )
         self.meta_key = f"{key}:meta"
         self.block_keys = [block_prefix(key, b) for b in range(params.blocks)]
-        self.stamp_keys = [self.block_stamp(b) for b in range(params.blocks)]
-        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self._place_blocks(params.blocks)
         self._set_shape(params, scaling)
 
     @classmethod
@@ -375,15 +387,6 @@ class BloomBackend(Layered, DedupBackend):
                     "SCHEDULER_DUPEFILTER_KEY) and find what removed or rewrote its keys "
                     "(eviction, a manual DEL or SET)."
                 ) from None
-
-    def block(self, fingerprint: str) -> int:
-        if self.params.blocks == 1:
-            return 0
-        try:
-            return int(fingerprint[24:32], 16) % self.params.blocks
-        except (ValueError, TypeError):
-            check_fingerprint(fingerprint)
-            raise
 
     def block_key(self, fingerprint: str) -> str:
         return self.block_keys[self.block(fingerprint)]

@@ -27,7 +27,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from ..bloom_math import BloomParams, Scaling, check_fingerprint
+from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
 from ..windows import Bucket, WindowSpec
 from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
@@ -77,8 +77,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
         self.window = window
         self.meta_key = f"{key}:meta"
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
-        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
-        self.stamp_keys = [self.block_stamp(b) for b in range(params.blocks)]
+        self._place_blocks(params.blocks)
         self._set_shape(params, scaling)
         self._clock = clock
         # The server's clock as last read, and this host's monotonic clock then:
@@ -141,15 +140,6 @@ class WindowedBloomBackend(Layered, DedupBackend):
         fields.update(self.window.as_meta())
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
-
-    def block(self, fingerprint: str) -> int:
-        if self.params.blocks == 1:
-            return 0
-        try:
-            return int(fingerprint[24:32], 16) % self.params.blocks
-        except (ValueError, TypeError):
-            check_fingerprint(fingerprint)
-            raise
 
     def _ttl_ms(self, now: float) -> int:
         return max(1, int((self._expire_at - now) * 1000))
