@@ -142,6 +142,26 @@ def test_stamps_with_other_parameters_are_refused(server, topology):
 
 
 @pytest.mark.single_server
+def test_a_backend_without_stamps_still_refuses_data_without_its_record(server):
+    """The stamps stand in for a lost record only where a backend writes them."""
+    from scrapy_dedup_suite.backends import HashBackend
+
+    class Unstamped(HashBackend):
+        name = "unstamped"
+
+        def stamp_of(self, data_key):
+            return None
+
+    backend = Unstamped(server, "t:unstamped", shards=2)
+    backend.open()
+    server.hset("t:unstamped:0", "f" * 40, "1")
+    server.delete(backend.meta_key)
+    with pytest.raises(FilterMismatchError, match=r"'t:unstamped:0' exist but 't:unstamped:meta'"):
+        Unstamped(server, "t:unstamped", shards=2).open()
+    assert not server.exists(backend.meta_key)
+
+
+@pytest.mark.single_server
 def test_clear_then_reopen_in_a_new_process(tmp_path, site, redis_server, redis_settings, server):
     """A crawl in a new process after another process cleared a hash filter that a
     third one went on recording into."""

@@ -556,11 +556,8 @@ class DedupBackend(ABC):
                 )
         return found
 
-    def refuse_orphans(self, found: Mapping[str, str], meta_key: str) -> None:
+    def refuse_orphans(self, orphans: Sequence[str], meta_key: str) -> None:
         """Refuse data keys that exist without the record of their parameters."""
-        if found.get(meta_key) != "none":
-            return
-        orphans = [key for key, kind in found.items() if key != meta_key and kind != "none"]
         if orphans:
             raise FilterMismatchError(
                 f"Redis key(s) {', '.join(map(repr, orphans))} exist but {meta_key!r}, the record "
@@ -603,14 +600,14 @@ class DedupBackend(ABC):
                     raise FilterMismatchError(f"{exc} (found in the stamp {key!r})") from None
         if found.get(spec.key) != "none":
             return
+        # Data: every key found but the record and the stamps. A key with no stamp (a
+        # backend that keeps none, or data from before stamps) is an orphan here.
         data = [
             k
             for k, kind in found.items()
-            if kind != "none" and k != spec.key and self.stamp_of(k) not in (None, k)
+            if kind != "none" and k != spec.key and self.stamp_of(k) != k
         ]
-        unstamped = [k for k in data if self.stamp_of(k) not in stamps]
-        if unstamped:
-            self.refuse_orphans({**{k: "string" for k in unstamped}, spec.key: "none"}, spec.key)
+        self.refuse_orphans([k for k in data if self.stamp_of(k) not in stamps], spec.key)
         if data:
             logger.warning(
                 "The parameter record %r of the %s dupefilter was missing (a clear() by "
