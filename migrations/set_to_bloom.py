@@ -36,7 +36,7 @@ from typing import Any, Union
 
 from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, migration_state_key
+from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, chunks, migration_state_key
 from scrapy_dedup_suite.backends.bloom import block_prefix
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
@@ -443,10 +443,8 @@ class SetToBloom:
             good = [m for m in members if is_hex_fingerprint(m)]
             found = self.target.contains_many(good)
             held = [m for m, ok in zip(good, found) if ok]
-            for chunk in range(0, len(held), self.batch):
-                report.source_removed += int(
-                    self.server.srem(self.source, *held[chunk : chunk + self.batch])
-                )
+            for part in chunks(held, self.batch):
+                report.source_removed += int(self.server.srem(self.source, *part))
         report.source_kept = int(self.server.scard(self.source))
         report.source_deleted = report.source_kept == 0
         report.memory_freed = before - int(self.server.memory_usage(self.source) or 0)
@@ -537,10 +535,6 @@ class SetToBloom:
                 self.progress(report.migrated + read, report.plan.members)
         return cursor, read
 
-    def _target_keys(self, block: int) -> tuple[str, int]:
-        """The key bits go into for ``block`` and the expiry (ms) it must carry, or 0."""
-        return self.target.bulk_target(block)
-
     def _tmp_key(self, block: int) -> str:
         # In the block's hash tag: the merge is one call on one cluster slot.
         return f"{block_prefix(self.target.key, block)}:migrating"
@@ -556,7 +550,7 @@ class SetToBloom:
         to the count of a scalable target's first layer, in the same call, once per
         ``token`` (the round): a round merged again after a resume adds no count."""
         for block, bitmap in maps.items():
-            key, ttl = self._target_keys(block)
+            key, ttl = self.target.bulk_target(block)
             tmp = self._tmp_key(block)
             data = bitmap.tobytes()
             # Allocate the temporary string at full size first: no piecemeal growth.
@@ -616,7 +610,7 @@ class SetToBloom:
         p = self.params
         stored = {}
         for block in range(p.blocks):
-            key, _ = self._target_keys(block)
+            key, _ = self.target.bulk_target(block)
             size = (p.block_bits + 7) // 8
             data = bytearray()
             for offset in range(0, size, UPLOAD_CHUNK):
