@@ -176,13 +176,9 @@ class Janitor:
             report.skipped = True
             return report
         try:
-            policy = self.backend.eviction_risk()
-            if policy is not None:
-                report.warnings.append(
-                    f"the server's maxmemory-policy is {policy!r}: it may evict this filter's "
-                    "keys, and the requests they recorded are then crawled again; use "
-                    "noeviction on the server that holds fingerprints"
-                )
+            warning = self.backend.eviction_warning()
+            if warning is not None:
+                report.warnings.append(warning)
             if not self.backend.verify():
                 report.exists = False
                 report.completed = True

@@ -231,6 +231,19 @@ class DedupBackend(ABC):
     #: eviction policy can delete them too).
     keys_expire: ClassVar[bool] = False
 
+    def eviction_warning(self) -> str | None:
+        """What to tell the operator when the server's ``maxmemory-policy`` can evict
+        this filter's keys (at open, and in every janitor report), else None."""
+        policy = self.eviction_risk()
+        if policy is None:
+            return None
+        return (
+            f"the Redis server's maxmemory-policy is {policy!r}: when memory is full it may "
+            f"delete keys of the {self.name} dupefilter at {self.key!r}, and the requests they "
+            "recorded are crawled again. Use maxmemory-policy noeviction (or volatile-* for "
+            "backends without expiring keys) on the server that holds fingerprints"
+        )
+
     def eviction_risk(self) -> str | None:
         """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
         for client in masters(self.server):
@@ -257,17 +270,9 @@ class DedupBackend(ABC):
                     f"read-only {role} (replica): every write would be refused. Point "
                     "DEDUP_REDIS_URL (or REDIS_URL) at the primary."
                 )
-        policy = self.eviction_risk()
-        if policy is not None:
-            logger.warning(
-                "The Redis server's maxmemory-policy is %r: when memory is full it may delete "
-                "keys of the %s dupefilter at %r, and the requests they recorded are crawled "
-                "again. Use maxmemory-policy noeviction (or volatile-* for backends without "
-                "expiring keys) on the server that holds fingerprints.",
-                policy,
-                self.name,
-                self.key,
-            )
+        warning = self.eviction_warning()
+        if warning is not None:
+            logger.warning("%s%s.", warning[0].upper(), warning[1:])
 
     def check_room(self, needed: int, setting: str) -> None:
         """Refuse to allocate ``needed`` bytes that the server cannot hold (its
