@@ -335,7 +335,7 @@ class SetToBloom:
             f"{needed:,}",
             f"{self.params.capacity:,}",
         )
-        self.target._set_shape(first, scaling)
+        self.target.resize_first_layer(first)
 
     def check_capacity(self, plan: Plan) -> None:
         if plan.items_already + plan.new_members > plan.capacity and not self.force:

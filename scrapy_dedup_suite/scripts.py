@@ -77,9 +77,9 @@ def explain(message: str) -> str:
     )
 
 
-BLOOM_ADD = LuaScript("bloom_add", shared=_SHARED)
+FILTER_ADD = LuaScript("filter_add", shared=_SHARED)
 BLOOM_CONTAINS = LuaScript("bloom_contains", shared=_SHARED)
-WINDOWED_ADD = LuaScript("windowed_add", shared=_SHARED)
+SET_ADD = LuaScript("set_add")
 SCALABLE_ADD = LuaScript("scalable_add", shared=_LAYERED)
 SCALABLE_CONTAINS = LuaScript("scalable_contains", shared=_LAYERED)
 HASH_ADD = LuaScript("hash_add", shared=("stamp",))
@@ -100,23 +100,37 @@ def run_many(
     calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
     on_noscript: Callable[[], None] | None = None,
 ) -> list[Any]:
-    """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline.
+    """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline (on
+    a cluster: sent to every master at once, then read).
 
-    Every script called this way is idempotent, so when the server does not
-    know it (NOSCRIPT) ``on_noscript`` (default: load the script) runs and the
-    whole batch is run again.
+    A call the server did not run because it did not know the script (NOSCRIPT)
+    is run again, alone with the others refused, after ``on_noscript`` (default:
+    load the script); the calls that did run are never run twice. Any other
+    failure is raised.
     """
+    results: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
-        for keys, args in calls:
+        for i in todo:
+            keys, args = calls[i]
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        try:
-            return pipe.execute()
-        except NoScriptError:
-            if attempt == 2:
-                raise
-            if on_noscript is not None:
-                on_noscript()
+        answers = pipe.execute(raise_on_error=False)
+        refused = []
+        for i, answer in zip(todo, answers):
+            if isinstance(answer, NoScriptError):
+                refused.append(i)
+            elif isinstance(answer, Exception):
+                raise answer
             else:
-                script.load(client)
+                results[i] = answer
+        if not refused:
+            return results
+        if attempt == 2:
+            raise NoScriptError(f"NOSCRIPT {script.name}: the server does not keep the script")
+        if on_noscript is not None:
+            on_noscript()
+        else:
+            script.load(client)
+        todo = refused
     raise AssertionError("unreachable")

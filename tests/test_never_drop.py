@@ -350,7 +350,7 @@ def test_an_acl_refusal_inside_a_script_names_the_command(redis_server, server):
         dupefilter(opener, "bloom")  # created by a user who may write bits
         url = redis_server.url.replace("redis://", "redis://crawler:pw@")
         df = dupefilter({"REDIS_URL": url, "DEDUP_REDIS_CLUSTER": False}, "bloom")
-        with pytest.raises(DedupBackendError, match=r"the command is SETBIT, in bloom_add\.lua"):
+        with pytest.raises(DedupBackendError, match=r"the command is SETBIT, in filter_add\.lua"):
             df.request_seen(Request("http://acl.test/"))
     finally:
         server.execute_command("ACL", "DELUSER", "crawler")

@@ -344,20 +344,55 @@ class DedupBackend(ABC):
 
     # -- the operations -------------------------------------------------------------
 
-    #: Lua scripts of the operations: called with the keys and arguments of
-    #: :meth:`add_call` / :meth:`contains_call`; they answer > 0 for "seen" /
-    #: "present", 0 for "new" / "absent", < 0 for "new" with news for
-    #: :meth:`on_grown`. Backends without scripts override the methods below.
+    #: Lua scripts of the operations. The add script takes many fingerprints at
+    #: once: its keys are one group per block or shard the call touches
+    #: (:meth:`group_keys`), its arguments :meth:`add_header`, then per fingerprint
+    #: its group's number in the call and :meth:`fp_args`; it answers one integer
+    #: per fingerprint: > 0 "seen", 0 "new", < 0 "new" with news for
+    #: :meth:`on_grown`, or what :meth:`again` recognises. The contains script
+    #: takes one fingerprint (:meth:`contains_call`) and answers > 0 "present".
+    #: Backends without scripts override the methods below.
     add_script: scripts.LuaScript | None = None
     contains_script: scripts.LuaScript | None = None
 
-    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
-        """Keys and arguments of :attr:`add_script` for one fingerprint."""
+    def add_context(self) -> Any:
+        """What every group of one add call shares (the time, say), made once per call."""
+        return None
+
+    def add_group(self, fingerprint: str) -> int:
+        """The group (block, shard) whose keys a fingerprint's check-and-add touches."""
         raise NotImplementedError
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        """The keys of one group, all in one cluster slot, its stamp first."""
+        raise NotImplementedError
+
+    def add_header(self, context: Any) -> list[Any]:
+        """The arguments of :attr:`add_script` before the fingerprints."""
+        raise NotImplementedError
+
+    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
+        """One fingerprint's arguments of :attr:`add_script` (after its group)."""
+        return [fingerprint]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         """Keys and arguments of :attr:`contains_script` for one fingerprint."""
         raise NotImplementedError
+
+    #: How many times an add or contains call may be made again (see :meth:`again`).
+    again_limit: int = 0
+
+    def again(self, answer: Any) -> bool:
+        """Whether a script's answer asks for the call to be made again (a scalable
+        filter that was not sent enough layers); by default none does."""
+        return False
+
+    def learn(self, answers: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+        """Act on the answers :meth:`again` recognised, before calling again."""
+
+    def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
+        """A fingerprint was added and its answer was < 0: a scalable filter added a
+        layer (-1) or is past its last one (-2). Override to report it."""
 
     def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
         """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
@@ -370,10 +405,23 @@ class DedupBackend(ABC):
     def call(
         self, script: scripts.LuaScript, make: Callable[[], tuple[list[str], list[Any]]]
     ) -> Any:
-        """Run ``script`` with the keys and arguments ``make()`` builds; a hook for
-        answers that ask for the call to be made again with more (see
-        :class:`~.bloom.Layered`)."""
-        return self.run_script(script, *make())
+        """Run ``script`` with the keys and arguments ``make()`` builds, again while
+        the answer asks for it (:meth:`again`)."""
+        answer = self.run_script(script, *make())
+        for _ in range(self.again_limit):
+            if not self.again(answer):
+                return answer
+            self.learn([answer])
+            answer = self.run_script(script, *make())
+        if self.again(answer):
+            raise self.again_error()
+        return answer
+
+    def again_error(self) -> Exception:
+        return FilterMismatchError(
+            f"The {self.name} filter at {self.key!r} asked for its call to be made again "
+            f"more than {self.again_limit} times; use the settings it was created with."
+        )
 
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         """Record ``fingerprint``; return True if it was already recorded (seen).
@@ -381,11 +429,102 @@ class DedupBackend(ABC):
         One round trip, atomic on the server. ``expire`` (seconds) is honoured
         by backends with per-fingerprint expiry and ignored by the others.
         """
-        assert self.add_script is not None
-        answer = self.call(self.add_script, lambda: self.add_call(fingerprint, expire))
-        if answer < 0:
-            self.on_grown(answer)
-        return answer > 0
+        return self.check_and_add_many((fingerprint,), (expire,))[0]
+
+    def check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> list[bool]:
+        """:meth:`check_and_add` for many fingerprints: True for each one seen.
+
+        One round trip on a single server; on a cluster one call per slot
+        touched, sent to every master at once. Each fingerprint's check-and-add
+        is atomic; one repeated in the batch is new once, then seen. ``expires``:
+        one expiry (seconds) or None per fingerprint.
+        """
+        answers = self.add_answers(fingerprints, expires)
+        for answer in answers:
+            if answer < 0:
+                self.on_grown(answer)
+        return [answer > 0 for answer in answers]
+
+    def add_answers(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> list[int]:
+        """The add script's answer for each fingerprint (see :attr:`add_script`)."""
+        script = self.add_script
+        if script is None:
+            raise NotImplementedError(f"{type(self).__name__} has no add script")
+        count = len(fingerprints)
+        if not count:
+            return []
+        if expires is None:
+            expires = (None,) * count
+        elif len(expires) != count:
+            raise ValueError(f"{len(expires)} expiries for {count} fingerprints")
+        answers = [0] * count
+        todo: Sequence[int] = range(count)
+        for _ in range(self.again_limit + 1):
+            calls = self._add_calls(fingerprints, expires, todo)
+            results = self._run_calls(script, calls)
+            again = []
+            for (_, _, indices), result in zip(calls, results):
+                for i, answer in zip(indices, result):
+                    answers[i] = answer
+                    if self.again(answer):
+                        again.append(i)
+            if not again:
+                return answers
+            self.learn([answers[i] for i in again])
+            todo = sorted(again)
+        raise self.again_error()
+
+    def _add_calls(
+        self,
+        fingerprints: Sequence[str],
+        expires: Sequence[float | None],
+        todo: Sequence[int],
+    ) -> list[tuple[list[str], list[Any], list[int]]]:
+        """The add calls for the fingerprints at ``todo``: one on a single server, one
+        per cluster slot; each with the indices of the fingerprints it answers."""
+        context = self.add_context()
+        header = self.add_header(context)
+        if len(todo) == 1:  # the per-request path
+            i = todo[0]
+            keys = self.group_keys(self.add_group(fingerprints[i]), context)
+            return [(keys, [*header, 1, *self.fp_args(fingerprints[i], expires[i])], [i])]
+        group_of = {i: self.add_group(fingerprints[i]) for i in todo}
+        groups: dict[int, list[str]] = {}
+        for group in group_of.values():
+            if group not in groups:
+                groups[group] = self.group_keys(group, context)
+        parts: list[list[int]]
+        if is_cluster(self.server):
+            by_slot: dict[int, list[int]] = {}
+            for group, keys in groups.items():
+                by_slot.setdefault(slot_of(keys[0]), []).append(group)
+            parts = list(by_slot.values())
+        else:
+            parts = [list(groups)]
+        calls = []
+        for part in parts:
+            number = {group: n for n, group in enumerate(part, 1)}
+            keys = [key for group in part for key in groups[group]]
+            indices = [i for i in todo if group_of[i] in number]
+            args = list(header)
+            for i in indices:
+                args += [number[group_of[i]], *self.fp_args(fingerprints[i], expires[i])]
+            calls.append((keys, args, indices))
+        return calls
+
+    def _run_calls(
+        self, script: scripts.LuaScript, calls: Sequence[tuple[list[str], list[Any], list[int]]]
+    ) -> list[Any]:
+        if len(calls) == 1:
+            keys, args, _ = calls[0]
+            return [self.run_script(script, keys, args)]
+        return scripts.run_many(
+            self.server, script, [(keys, args) for keys, args, _ in calls], self.reopen
+        )
 
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
@@ -409,32 +548,12 @@ class DedupBackend(ABC):
         return out
 
     def add_many(self, fingerprints: Iterable[str], expire: float | None = None) -> int:
-        """Record many fingerprints, pipelined; return how many were new."""
-        assert self.add_script is not None
+        """Record many fingerprints, in batches of :data:`BATCH`; return how many were new."""
         added = 0
         for batch in chunks(fingerprints):
-            calls = [self.add_call(fp, expire) for fp in batch]
-            results = scripts.run_many(self.server, self.add_script, calls, self.reopen)
-            results = [
-                self.call(self.add_script, lambda fp=fp: self.add_call(fp, expire))
-                if self.again(r)
-                else r
-                for fp, r in zip(batch, results)
-            ]
-            added += sum(r <= 0 for r in results)
-            for answer in results:
-                if answer < 0:
-                    self.on_grown(answer)
+            seen = self.check_and_add_many(batch, [expire] * len(batch))
+            added += seen.count(False)
         return added
-
-    def again(self, answer: Any) -> bool:
-        """Whether a script's answer asks for the call to be made again (see
-        :class:`~.bloom.Layered`); by default none does."""
-        return False
-
-    def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
-        """A script added a fingerprint and answered < 0: a scalable filter added a
-        layer (-1) or is past its last one (-2). Override to report it."""
 
     @abstractmethod
     def owned_keys(self) -> list[str]:

@@ -13,7 +13,6 @@ the stamp, STRLEN and SETBIT of the missing bits).
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 from collections.abc import Sequence
@@ -28,23 +27,15 @@ from ..exceptions import FilterMismatchError
 from ..options import BloomOptions
 from .base import (
     BULK_TARGET,
-    LAYOUT_VERSION,
     REPORT_FILL,
     DedupBackend,
     MetaSpec,
     as_str,
     migration_state_key,
 )
+from .shape import Scalable, Shape, layer_summary, make_shape
 
 logger = logging.getLogger(__name__)
-
-#: Bytes one BITCOUNT call counts when measuring fill (keeps each call short).
-_BITCOUNT_CHUNK = 1 << 20
-
-#: Meta fields that must match for the stored bits to mean the same thing.
-COMPARED = ("layout", "scheme", "block_bits", "hashes", "blocks")
-#: ... and for a scalable filter, its growth.
-SCALING_COMPARED = ("scaling", "expansion", "tightening", "max_layers", "compound_error_rate")
 
 
 def block_prefix(key: str, block: int) -> str:
@@ -52,97 +43,77 @@ def block_prefix(key: str, block: int) -> str:
     return f"{{{key}:{block}}}"
 
 
-def bitmap_fill(server: Any, key: str, bits: int) -> int:
-    """Number of set bits in ``key``, counted in short BITCOUNT calls."""
-    size = math.ceil(bits / 8)
-    total = 0
-    for start in range(0, size, _BITCOUNT_CHUNK * 8):
-        pipe = server.pipeline(transaction=False)
-        for chunk in range(start, min(size, start + _BITCOUNT_CHUNK * 8), _BITCOUNT_CHUNK):
-            pipe.bitcount(key, chunk, min(size, chunk + _BITCOUNT_CHUNK) - 1)
-        total += sum(int(v) for v in pipe.execute())
-    return total
+def default_params() -> BloomParams:
+    return BloomParams.from_capacity(
+        config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE")
+    )
 
 
-def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
-    """Fill ratio, estimated items and the false-positive rate that fill implies."""
-    m = params.total_bits
-    ratio = set_bits / m if m else 0.0
-    k = params.hashes
-    estimated = -m / k * math.log(1 - ratio) if ratio < 1 else float("inf")
-    return {
-        "set_bits": set_bits,
-        "fill_ratio": ratio,
-        "estimated_items": estimated,
-        "estimated_error_rate": ratio**k,
-        "over_capacity": estimated > params.capacity,
-    }
+class BlockedBloom(DedupBackend):
+    """What the bloom and windowed-bloom backends share: Bloom filters split into
+    blocks (a fingerprint's bits all in the block ``fp[24:32] % B`` chooses), each
+    block with its stamp, in the filter's :class:`~.shape.Shape` (fixed or scalable).
 
-
-def layer_summary(info: dict[str, Any]) -> dict[str, Any]:
-    """Each layer's fill, for a scalable filter's report (nothing for a fixed one)."""
-    if "layers" not in info:
-        return {}
-    keep = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
-    return {"layers": [{k: layer[k] for k in keep} for layer in info["layers"]]}
-
-
-class Layered:
-    """What the bloom and windowed-bloom backends share about scalable filters.
-
-    ``self.params`` is the fixed filter, or the first layer of a scalable one
-    (build it with :meth:`Scaling.first_layer`); ``self.scaling`` is None for a
-    fixed filter.
+    A subclass says where a block's filters live (:meth:`filters`): the block
+    itself, or its live time buckets, the one receiving new fingerprints first.
     """
 
-    server: Any
-    key: str
-    name: str
-    meta_key: str
-    params: BloomParams
-    scaling: Scaling | None
-    layers: list[Layer]
-    _schedule: list[str]
-    _full_warned: bool
-    _stamp: str | None
+    is_bloom = True
+    spread_setting = "DEDUP_BLOOM_BLOCKS"
 
-    def _set_shape(self, params: BloomParams, scaling: Scaling | None) -> None:
-        self.params = params
-        self.scaling = scaling
-        self._m = str(params.block_bits)
-        self._k = str(params.hashes)
-        self.layers_added = 0
-        self._full_warned = False
-        self._stamp = None
-        if scaling is None:
-            self.layers = []
-            self._schedule = []
-            return
-        self.layers = scaling.layers(params)
-        self._schedule = []
-        for layer in self.layers:
-            self._schedule += [str(layer.block_bits), str(layer.hashes), str(layer.block_capacity)]
-        # Layers sent with each call: those known to be in use, and one more.
-        self._known = 1
-        self._sent = 1
-        self._send: list[str] = []
-        self._know(1)
-        self.add_script = scripts.SCALABLE_ADD
-        self.contains_script = scripts.SCALABLE_CONTAINS
+    def __init__(self, server: Any, key: str, params: BloomParams, scaling: Scaling | None) -> None:
+        super().__init__(server, key)
+        self.meta_key = f"{key}:meta"
+        self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
+        self.stamp_keys = [f"{prefix}:meta" for prefix in self.prefixes]
+        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self.shape: Shape = make_shape(params, scaling, key)
+
+    # -- the shape ---------------------------------------------------------------------
+
+    @property
+    def params(self) -> BloomParams:
+        """The filter (per bucket), or a scalable filter's first layer."""
+        return self.shape.params
+
+    @property
+    def scaling(self) -> Scaling | None:
+        return self.shape.scaling if isinstance(self.shape, Scalable) else None
+
+    @property
+    def layers(self) -> list[Layer]:
+        return self.shape.layers if isinstance(self.shape, Scalable) else []
+
+    @property
+    def layers_added(self) -> int:
+        return self.shape.layers_added if isinstance(self.shape, Scalable) else 0
 
     @property
     def error_rate(self) -> float:
         """The designed false-positive rate (for a scalable filter: the compound bound)."""
-        if self.scaling is None:
-            return self.params.error_rate
-        return self.scaling.compound_error_rate(self.params)
+        return self.shape.error_rate
+
+    @property
+    def add_script(self) -> scripts.LuaScript:  # type: ignore[override]
+        return self.shape.add_script
+
+    @property
+    def contains_script(self) -> scripts.LuaScript:  # type: ignore[override]
+        return self.shape.contains_script
+
+    def layer_keys(self, base: str) -> list[str]:
+        """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
+        return self.shape.layer_keys(base) if isinstance(self.shape, Scalable) else [base]
+
+    def resize_first_layer(self, first: BloomParams) -> None:
+        """A scalable filter with another first layer (the one it was created with, or
+        the one a migration sizes for its source set)."""
+        assert isinstance(self.shape, Scalable)
+        self.shape = Scalable(first, self.shape.scaling, self.key)
+        self._stamp = None
 
     def shape_meta(self) -> tuple[dict[str, str], tuple[str, ...]]:
-        fields = {"backend": self.name, "layout": LAYOUT_VERSION, **self.params.as_meta()}
-        if self.scaling is None:
-            return fields, COMPARED
-        fields.update(self.scaling.as_meta(), compound_error_rate=repr(self.error_rate))
-        return fields, (*COMPARED, *SCALING_COMPARED)
+        return self.shape.meta(self.name)
 
     def compare_meta(self, spec: MetaSpec, stored: Any) -> None:
         if stored.get("backend") == spec.fields["backend"]:
@@ -156,15 +127,15 @@ class Layered:
                     "DEDUP_BLOOM_EXPANSION) as when it was created, or point the dupefilter at "
                     "another key with SCHEDULER_DUPEFILTER_KEY."
                 )
-        super().compare_meta(spec, stored)  # type: ignore[misc]
+        super().compare_meta(spec, stored)
 
     def _open(self) -> None:
         self.adopt_stored_first_layer()
-        super()._open()  # type: ignore[misc]
+        super()._open()
 
     def verify(self) -> bool:
         self.adopt_stored_first_layer()
-        return super().verify()  # type: ignore[misc]
+        return super().verify()
 
     def adopt_stored_first_layer(self) -> None:
         """A scalable filter keeps the first layer it was created with.
@@ -175,7 +146,7 @@ class Layered:
         as everything that decides the growth (error rate, expansion,
         tightening, layers, blocks, scheme) is the same; those are still checked.
         """
-        if self.scaling is None:
+        if not isinstance(self.shape, Scalable):
             return
         stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.meta_key).items()}
         if stored.get("scaling") != "1" or "capacity" not in stored:
@@ -186,7 +157,7 @@ class Layered:
             return
         if capacity == self.params.capacity:
             return
-        first = self.scaling.first_layer(capacity, self.error_rate, self.params.blocks)
+        first = self.shape.scaling.first_layer(capacity, self.error_rate, self.params.blocks)
         logger.info(
             "The scalable %s filter at %r was created with a first layer for %s fingerprints "
             "(DEDUP_BLOOM_CAPACITY here: %s); using the stored one",
@@ -195,77 +166,18 @@ class Layered:
             f"{capacity:,}",
             f"{self.params.capacity:,}",
         )
-        self._set_shape(first, self.scaling)
+        self.resize_first_layer(first)
 
-    def _know(self, layers: int) -> None:
-        """Some block uses ``layers`` layers: send that many and one more from now on."""
-        if layers > len(self.layers):
-            raise FilterMismatchError(
-                f"A block of the scalable {self.name} filter at {self.key!r} uses {layers} "
-                f"layers; these settings allow {len(self.layers)}. It was grown with another "
-                "DEDUP_BLOOM_MAX_LAYERS; use the settings it was created with."
-            )
-        self._known = max(self._known, layers)
-        self._sent = min(len(self.layers), self._known + 1)
-        self._send = [str(len(self.layers)), *self._schedule[: 3 * self._sent]]
+    # -- where the filters live ------------------------------------------------------------
 
-    def layer_group(self, base: str) -> list[str]:
-        """The keys of the filter at ``base`` a call touches: its layer record, then
-        the layers sent (layers.lua)."""
-        return [f"{base}:layers", *self.layer_keys(base)[: self._sent]]
+    def filters(self, context: Any) -> list[list[str]]:
+        """Per block, the keys of the filters a call checks, the one that receives new
+        fingerprints first (``context``: :meth:`add_context`)."""
+        raise NotImplementedError
 
-    def layered_call(
-        self, bases: Sequence[str], stamp_key: str | None, fingerprint: str, ttl_ms: int
-    ) -> tuple[list[str], list[Any]]:
-        """Keys and arguments of the scalable scripts: with ``stamp_key`` the add
-        (scalable_add.lua), without it the membership test (scalable_contains.lua)."""
-        keys = [key for base in bases for key in self.layer_group(base)]
-        if stamp_key is None:
-            return keys, [fingerprint, *self._send]
-        return [stamp_key, *keys], [self.stamp, fingerprint, ttl_ms, *self._send]
-
-    def again(self, answer: Any) -> bool:
-        return self.scaling is not None and answer <= -11
-
-    def call(self, script: scripts.LuaScript, make: Any) -> Any:
-        answer = super().call(script, make)  # type: ignore[misc]
-        # A block uses (or is about to add) a layer this call was not sent: send
-        # more. Each answer asks for more than the last, so this ends.
-        for _ in range(len(self.layers)):
-            if not self.again(answer):
-                break
-            self._know(-answer - 10)
-            answer = super().call(script, make)  # type: ignore[misc]
-        if not self.again(answer):
-            return answer
-        raise FilterMismatchError(
-            f"The scalable {self.name} filter at {self.key!r} asked for more layers than "
-            f"these settings allow ({len(self.layers)}); use the settings it was created with."
-        )
-
-    def on_grown(self, answer: int) -> None:
-        if answer == -1:
-            self.layers_added += 1
-            logger.info("The scalable %s filter at %r added a layer", self.name, self.key)
-        elif answer == -2 and not self._full_warned:
-            self._full_warned = True
-            last = self.layers[-1]
-            logger.warning(
-                "The scalable %s filter at %r is past its last layer (%d layers, the last for "
-                "%s fingerprints at %.2g): its false-positive rate now grows. Raise "
-                "DEDUP_BLOOM_MAX_LAYERS or DEDUP_BLOOM_BLOCKS for a new filter, or move to a "
-                "larger one.",
-                self.name,
-                self.key,
-                len(self.layers),
-                f"{last.capacity:,}",
-                last.error_rate,
-            )
-
-    def _place_blocks(self, blocks: int) -> None:
-        """The stamp of each block, and how to tell a key of this filter's blocks."""
-        self.stamp_keys = [self.block_stamp(b) for b in range(blocks)]
-        self._block_re = re.compile("^" + re.escape("{" + self.key + ":") + r"([0-9]+)\}")
+    def ttl_ms(self, context: Any) -> int:
+        """The expiry (ms) the keys an add creates must carry; 0 for none."""
+        return 0
 
     def block(self, fingerprint: str) -> int:
         """The block that holds ``fingerprint``'s bits."""
@@ -277,64 +189,63 @@ class Layered:
 
     def block_stamp(self, block: int) -> str:
         """The stamp of block ``block`` (lua/stamp.lua): in the block's hash tag."""
-        return f"{block_prefix(self.key, block)}:meta"
+        return self.stamp_keys[block]
 
     def stamp_of(self, data_key: str) -> str | None:
         match = self._block_re.match(data_key)
-        return self.block_stamp(int(match.group(1))) if match else None
+        if match is None or int(match.group(1)) >= len(self.stamp_keys):
+            return None
+        return self.stamp_keys[int(match.group(1))]
 
     def migration_keys(self) -> dict[str, str]:
         keys = {migration_state_key(self.key): "hash"}
-        for block in range(self.params.blocks):
-            keys[f"{block_prefix(self.key, block)}:migrating"] = "string"
+        for prefix in self.prefixes:
+            keys[f"{prefix}:migrating"] = "string"
         return keys
 
-    def layer_keys(self, base: str) -> list[str]:
-        """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
-        return [base] + [f"{base}:L{j}" for j in range(1, len(self.layers))]
+    # -- the calls (see DedupBackend.add_script) ---------------------------------------------
 
-    def layer_report(self, bases: list[str]) -> list[dict[str, Any]]:
-        """Per layer: size, how many blocks use it, items counted, fill."""
-        pipe = self.server.pipeline(transaction=False)
-        for base in bases:
-            pipe.hmget(f"{base}:layers", "n", "count")
-        states = [(int(n or 1), int(c or 0)) for n, c in pipe.execute()]
-        out = []
-        for layer in self.layers:
-            j = layer.index
-            using = [(base, n, c) for base, (n, c) in zip(bases, states) if n > j]
-            if not using:
-                break
-            items = sum(c if n == j + 1 else layer.block_capacity for _, n, c in using)
-            keys = [self.layer_keys(base)[j] for base, _, _ in using]
-            set_bits = sum(bitmap_fill(self.server, k, layer.block_bits) for k in keys)
-            params = layer.as_params(self.params.blocks)
-            fill = fill_report(params, set_bits)
-            # Only the last layer the schedule allows can be over its capacity: the
-            # others hand over to the next layer when full.
-            fill["over_capacity"] = fill["over_capacity"] and j == len(self.layers) - 1
-            out.append(
-                {
-                    "layer": j,
-                    "capacity": layer.capacity,
-                    "error_rate": layer.error_rate,
-                    "bits": params.total_bits,
-                    "hashes": layer.hashes,
-                    "blocks_using": len(using),
-                    "items": items,
-                    **fill,
-                }
-            )
-        return out
+    def add_group(self, fingerprint: str) -> int:
+        return self.block(fingerprint)
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        return self.shape.group(self.stamp_keys[group], self.filters(context)[group])
+
+    def add_header(self, context: Any) -> list[Any]:
+        filters = len(self.filters(context)[0])
+        return self.shape.add_header(self.stamp, self.ttl_ms(context), filters)
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        block = self.block(fingerprint)
+        return self.shape.contains_call(self.filters(self.add_context())[block], fingerprint)
+
+    @property
+    def again_limit(self) -> int:  # type: ignore[override]
+        return self.shape.retries
+
+    def again(self, answer: Any) -> bool:
+        return self.shape.again(answer)
+
+    def learn(self, answers: Sequence[Any]) -> None:
+        self.shape.learn(answers)
+
+    def again_error(self) -> Exception:
+        return FilterMismatchError(
+            f"The scalable {self.name} filter at {self.key!r} asked for more layers than "
+            f"these settings allow ({len(self.layers)}); use the settings it was created with."
+        )
+
+    def on_grown(self, answer: int) -> None:
+        self.shape.grown(answer, self.name)
+
+    def filter_report(self, bases: Sequence[str]) -> dict[str, Any]:
+        """Fill and estimates of the filter made of the blocks at ``bases``."""
+        return self.shape.report(self.server, bases)
 
 
-class BloomBackend(Layered, DedupBackend):
+class BloomBackend(BlockedBloom):
     name = "bloom"
-    is_bloom = True
     capabilities = frozenset({REPORT_FILL, BULK_TARGET})
-    spread_setting = "DEDUP_BLOOM_BLOCKS"
-    add_script = scripts.BLOOM_ADD
-    contains_script = scripts.BLOOM_CONTAINS
 
     def __init__(
         self,
@@ -345,15 +256,9 @@ class BloomBackend(Layered, DedupBackend):
     ) -> None:
         """``params``: the filter, or with ``scaling`` its first layer
         (``scaling.first_layer(capacity, error_rate)``)."""
-        super().__init__(server, key)
-        if params is None:
-            params = BloomParams.from_capacity(
-                config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE")
-            )
-        self.meta_key = f"{key}:meta"
-        self.block_keys = [block_prefix(key, b) for b in range(params.blocks)]
-        self._place_blocks(params.blocks)
-        self._set_shape(params, scaling)
+        super().__init__(server, key, params or default_params(), scaling)
+        self.block_keys = self.prefixes
+        self._filters = [[block] for block in self.block_keys]
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> BloomBackend:
@@ -367,6 +272,9 @@ class BloomBackend(Layered, DedupBackend):
     def with_key(self, key: str) -> BloomBackend:
         return BloomBackend(self.server, key, self.params, self.scaling)
 
+    def filters(self, context: Any) -> list[list[str]]:
+        return self._filters
+
     def _before_writing(self, found: dict[str, str]) -> None:
         missing = sum(found.get(block, "none") == "none" for block in self.block_keys)
         if missing:
@@ -374,9 +282,9 @@ class BloomBackend(Layered, DedupBackend):
 
     def _prepare(self) -> None:
         for block, stamp in zip(self.block_keys, self.stamp_keys):
-            keys = [stamp, block] if self.scaling is None else [stamp, block, f"{block}:layers"]
             try:
-                scripts.BITMAP_ALLOC(self.server, keys, [self.stamp, self._m])
+                keys = self.shape.alloc_keys(stamp, block)
+                scripts.BITMAP_ALLOC(self.server, keys, [self.stamp, self.params.block_bits])
             except ResponseError as exc:
                 if "dedup:" not in str(exc):
                     raise
@@ -391,27 +299,14 @@ class BloomBackend(Layered, DedupBackend):
     def block_key(self, fingerprint: str) -> str:
         return self.block_keys[self.block(fingerprint)]
 
-    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
-        b = self.block(fingerprint)
-        if self.scaling is not None:
-            return self.layered_call([self.block_keys[b]], self.stamp_keys[b], fingerprint, 0)
-        return [self.stamp_keys[b], self.block_keys[b]], [self.stamp, fingerprint, self._m, self._k]
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        if self.scaling is not None:
-            return self.layered_call([self.block_key(fingerprint)], None, fingerprint, 0)
-        return [self.block_key(fingerprint)], [fingerprint, self._m, self._k]
-
     def owned_keys(self) -> list[str]:
         return list(self.expected_types())
 
     def expected_types(self) -> dict[str, str]:
-        types = dict.fromkeys(self.block_keys, "string")
+        types: dict[str, str] = {}
+        for block in self.block_keys:
+            types.update(self.shape.filter_types(block))
         types.update(dict.fromkeys(self.stamp_keys, "string"))
-        if self.scaling is not None:
-            for block in self.block_keys:
-                types.update(dict.fromkeys(self.layer_keys(block)[1:], "string"))
-                types[f"{block}:layers"] = "hash"
         types[self.meta_key] = "hash"
         return types
 
@@ -435,27 +330,19 @@ class BloomBackend(Layered, DedupBackend):
 
     def info(self) -> dict[str, Any]:
         info = super().info()
-        set_bits = sum(bitmap_fill(self.server, k, self.params.block_bits) for k in self.block_keys)
         info.update(
             capacity=self.params.capacity,
             error_rate=self.error_rate,
             bits=self.params.total_bits,
             hashes=self.params.hashes,
             blocks=self.params.blocks,
-            **fill_report(self.params, set_bits),
         )
+        info.update(self.filter_report(self.block_keys))
         if self.scaling is not None:
-            layers = self.layer_report(self.block_keys)
             info.update(
                 scaling=True,
                 expansion=self.scaling.expansion,
                 tightening=self.scaling.tightening,
                 max_layers=len(self.layers),
-                layers=layers,
-                # Over the layers in use, the rate their fill implies, summed.
-                estimated_error_rate=min(1.0, sum(x["estimated_error_rate"] for x in layers)),
-                estimated_items=sum(x["estimated_items"] for x in layers),
-                over_capacity=layers[-1]["layer"] == len(self.layers) - 1
-                and layers[-1]["over_capacity"],
             )
         return info

@@ -102,10 +102,17 @@ class HashBackend(DedupBackend):
             ("layout", "shards"),
         )
 
-    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
-        ttl = self._ttl_ms if expire is None else self._to_ms(expire)
-        i = self.shard(fingerprint)
-        return [self.stamp_keys[i], self.shard_keys[i]], [self.stamp, fingerprint, ttl]
+    def add_group(self, fingerprint: str) -> int:
+        return self.shard(fingerprint)
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        return [self.stamp_keys[group], self.shard_keys[group]]
+
+    def add_header(self, context: Any) -> list[Any]:
+        return [self.stamp]
+
+    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
+        return [fingerprint, self._ttl_ms if expire is None else self._to_ms(expire)]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         return [self.shard_of(fingerprint)], [fingerprint]

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import scripts
 from .base import COUNT, DedupBackend, chunks
 
 
 class SetBackend(DedupBackend):
     name = "set"
     capabilities = frozenset({COUNT})
+    add_script = scripts.SET_ADD
 
     def count(self) -> int:
         return int(self.server.scard(self.key))
@@ -26,6 +28,14 @@ class SetBackend(DedupBackend):
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         # SADD answers how many members were added: 0 when it was there.
         return self.server.execute_command("SADD", self.key, fingerprint) == 0
+
+    def check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> list[bool]:
+        # One script call: SADD answers a count, not which members were new.
+        if not fingerprints:
+            return []
+        return [bool(x) for x in self.run_script(scripts.SET_ADD, [self.key], fingerprints)]
 
     def contains(self, fingerprint: str) -> bool:
         return bool(self.server.execute_command("SISMEMBER", self.key, fingerprint))

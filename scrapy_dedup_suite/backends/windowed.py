@@ -30,27 +30,18 @@ from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
 from ..windows import Bucket, WindowSpec
-from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, DedupBackend, MetaSpec, as_str
-from .bloom import (
-    Layered,
-    bitmap_fill,
-    block_prefix,
-    fill_report,
-    layer_summary,
-)
+from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, MetaSpec, as_str
+from .bloom import BlockedBloom, default_params
+from .shape import layer_summary
 
 #: How often (seconds of this host's monotonic clock) the server's clock is re-read.
 CLOCK_REFRESH = 60.0
 
 
-class WindowedBloomBackend(Layered, DedupBackend):
+class WindowedBloomBackend(BlockedBloom):
     name = "windowed-bloom"
-    is_bloom = True
     keys_expire = True
     capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY, BULK_TARGET})
-    spread_setting = "DEDUP_BLOOM_BLOCKS"
-    add_script = scripts.WINDOWED_ADD
-    contains_script = scripts.BLOOM_CONTAINS
 
     def __init__(
         self,
@@ -63,11 +54,7 @@ class WindowedBloomBackend(Layered, DedupBackend):
         clock: Callable[[], float] | None = None,
     ) -> None:
         """``params``: each bucket's filter, or with ``scaling`` its first layer."""
-        super().__init__(server, key)
-        if params is None:
-            params = BloomParams.from_capacity(
-                config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE")
-            )
+        super().__init__(server, key, params or default_params(), scaling)
         if window is None:
             window = WindowSpec.parse(
                 config.default("DEDUP_WINDOW"),
@@ -75,10 +62,6 @@ class WindowedBloomBackend(Layered, DedupBackend):
                 config.default("DEDUP_WINDOW_TZ"),
             )
         self.window = window
-        self.meta_key = f"{key}:meta"
-        self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
-        self._place_blocks(params.blocks)
-        self._set_shape(params, scaling)
         self._clock = clock
         # The server's clock as last read, and this host's monotonic clock then:
         # a step of the host's wall clock changes nothing.
@@ -144,25 +127,16 @@ class WindowedBloomBackend(Layered, DedupBackend):
     def _ttl_ms(self, now: float) -> int:
         return max(1, int((self._expire_at - now) * 1000))
 
-    def add_call(self, fingerprint: str, expire: float | None) -> tuple[list[str], list[Any]]:
+    def add_context(self) -> float:
         now = self.now()
-        b = self.block(fingerprint)
-        keys = self.live_keys(now)[b]
-        if self.scaling is not None:
-            return self.layered_call(keys, self.stamp_keys[b], fingerprint, self._ttl_ms(now))
-        return [self.stamp_keys[b], *keys], [
-            self.stamp,
-            fingerprint,
-            self._m,
-            self._k,
-            self._ttl_ms(now),
-        ]
+        self.live_keys(now)
+        return now
 
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        keys = self.live_keys()[self.block(fingerprint)]
-        if self.scaling is not None:
-            return self.layered_call(keys, None, fingerprint, 0)
-        return keys, [fingerprint, self._m, self._k]
+    def filters(self, context: Any) -> list[list[str]]:
+        return self.live_keys(context)
+
+    def ttl_ms(self, context: Any) -> int:
+        return self._ttl_ms(context)
 
     def label_of(self, key: str) -> str | None:
         """The bucket label in a key of this filter (bucket, layer or layer record)."""
@@ -189,10 +163,10 @@ class WindowedBloomBackend(Layered, DedupBackend):
         live = []
         for keys in self.live_keys():
             for bucket in keys:
+                # With a scalable shape its layer record too; layers that exist are
+                # found by the SCAN below.
+                live += [k for k in self.shape.filter_types(bucket) if k.endswith(":layers")]
                 live.append(bucket)
-                if self.scaling is not None:
-                    # Its layer record; layers that exist are found by the SCAN below.
-                    live.append(f"{bucket}:layers")
         keys = sorted({*live, *self.bucket_keys_in_redis(), *self.stamp_keys})
         types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
         types[self.meta_key] = "hash"
@@ -247,23 +221,13 @@ class WindowedBloomBackend(Layered, DedupBackend):
         for j, bucket in enumerate(self.window.live(now)):
             keys = [self.bucket_key(b, bucket) for b in range(self.params.blocks)]
             ttls = [int(self.server.pttl(k)) for k in keys]
-            set_bits = sum(bitmap_fill(self.server, k, self.params.block_bits) for k in keys)
             entry = {
                 "label": bucket.label,
                 "current": j == 0,
                 "exists": any(t != -2 for t in ttls),
                 "ttl_ms": max(ttls),
-                **fill_report(self.params, set_bits),
+                **self.filter_report(keys),
             }
-            if self.scaling is not None:
-                layers = self.layer_report(keys)
-                entry.update(
-                    layers=layers,
-                    estimated_items=sum(x["estimated_items"] for x in layers),
-                    estimated_error_rate=min(1.0, sum(x["estimated_error_rate"] for x in layers)),
-                    over_capacity=layers[-1]["layer"] == len(self.layers) - 1
-                    and layers[-1]["over_capacity"],
-                )
             buckets.append(entry)
         info.update(
             capacity_per_bucket=self.params.capacity,

@@ -1,18 +1,31 @@
--- Check-and-record one fingerprint with an expiry, atomically, on the server's clock.
--- KEYS[1]: the shard's stamp (stamp.lua), KEYS[2]: the shard (a hash:
--- fingerprint -> expiry in Unix milliseconds)
--- ARGV[1]: the stamp's value, ARGV[2]: fingerprint, ARGV[3]: milliseconds it stays seen
--- Returns 1 when the field exists and has not expired (seen), 0 after (re)writing it.
+-- Check-and-record fingerprints with an expiry, each one atomically, on the server's clock.
+-- KEYS: one group per shard the call touches: the shard's stamp (stamp.lua), then
+-- the shard (a hash: fingerprint -> expiry in Unix milliseconds).
+-- ARGV[1]: the stamp's value; then per fingerprint: its group (1-based), the
+-- fingerprint, and the milliseconds it stays seen.
+-- Returns one answer per fingerprint, in order: 1 when its field exists and has
+-- not expired (seen), 0 after (re)writing it. A fingerprint repeated in one call
+-- is new once, then seen.
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local current = rcall('HGET', KEYS[2], ARGV[2])
-if current then
-  local expiry = tonumber(current)
-  if not expiry then
-    return redis.error_reply('ERR dedup: field ' .. ARGV[2] .. ' of ' .. KEYS[2] .. ' is not an expiry timestamp: ' .. current)
+dedup_check_stamps(2, ARGV[1])
+local out = {}
+for i = 2, #ARGV, 3 do
+  local g = tonumber(ARGV[i]) * 2 - 1
+  local shard, fp = KEYS[g + 1], ARGV[i + 1]
+  local answer = 0
+  local current = rcall('HGET', shard, fp)
+  if current then
+    local expiry = tonumber(current)
+    if not expiry then
+      dedup_fail('field ' .. fp .. ' of ' .. shard .. ' is not an expiry timestamp: ' .. current)
+    end
+    if expiry > now then answer = 1 end
   end
-  if expiry > now then return 1 end
+  if answer == 0 then
+    dedup_stamp(KEYS[g], ARGV[1])
+    rcall('HSET', shard, fp, string.format('%.0f', now + tonumber(ARGV[i + 2])))
+  end
+  out[#out + 1] = answer
 end
-dedup_stamp(KEYS[1], ARGV[1])
-rcall('HSET', KEYS[2], ARGV[2], string.format('%.0f', now + tonumber(ARGV[3])))
-return 0
+return out

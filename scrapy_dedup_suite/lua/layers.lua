@@ -4,18 +4,19 @@
 -- fingerprints added to the newest layer), KEYS[g + j] its layer j (1-based),
 -- for as many layers as the client sends. The record is created with the first
 -- layer; a first layer without its record has lost its counts and is refused.
--- ARGV from index i: the number of layers the filter may have, then m, k and
--- capacity per block of the layers sent (those in use and one more, to keep
--- calls short). A call that needs a layer it was not sent answers
+-- The layer schedule is sent in ARGV: m, k and capacity per block of each layer
+-- sent (those in use and one more, to keep calls short), beside the number of
+-- layers the filter may have. A call that needs a layer it was not sent answers
 -- -(10 + layers needed) before writing anything, and the client calls again
 -- with more.
 
-local function dedup_schedule(i)
+-- The layers sent, from ARGV[first] to ARGV[last].
+local function dedup_schedule(first, last)
   local s = {}
-  for b = i + 1, #ARGV, 3 do
+  for b = first, last, 3 do
     s[#s + 1] = { tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]) }
   end
-  return s, tonumber(ARGV[i])
+  return s
 end
 
 -- Layers in use and the count of the newest one, for the filter at group g.

@@ -1,24 +1,54 @@
--- Check-and-add one fingerprint in scalable Bloom filters, atomically.
--- KEYS[1]: the block's stamp (stamp.lua); then one group of keys per filter to
--- check (layers.lua: its record, then one key per layer sent)
--- (bloom: one block; windowed-bloom: the live buckets of one block, the current
--- one first); the fingerprint goes into the first filter.
--- ARGV[1]: the stamp's value, ARGV[2]: fingerprint (hex), ARGV[3]: expiry in ms
--- for keys created (0: none), ARGV[4..]: the layer schedule (layers.lua).
--- Returns the 1-based index of the filter holding the fingerprint (seen), or
--- 0 / -1 / -2 after adding it (new; -1: a layer was added; -2: past the last
--- layer), or <= -11 (more of the schedule needed; nothing written).
-local h1, h2 = dedup_hashes(ARGV[2])
-if not h1 then return dedup_bad_fingerprint(ARGV[2]) end
-local sched, total = dedup_schedule(4)
-local size = #sched + 1
-local n1, count1
-for b = 1, (#KEYS - 1) / size do
-  local g = 2 + (b - 1) * size
-  local n, count = dedup_layer_state(g)
-  if n > #sched then return dedup_need_layers(n) end
-  if b == 1 then n1, count1 = n, count end
-  if dedup_layers_hold(g, n, sched, h1, h2) then return b end
+-- Check-and-add fingerprints in scalable Bloom filters, each one atomically.
+-- KEYS: one group per block the call touches: the block's stamp (stamp.lua),
+-- then f filters (bloom: the block; windowed-bloom: the live buckets of the
+-- block, the current one first), each its layer record and the layers sent
+-- (layers.lua). Fingerprints go into the first filter.
+-- ARGV[1]: the stamp's value, ARGV[2]: expiry in ms for keys created (0: none),
+-- ARGV[3]: f, ARGV[4]: the number of layers a filter may have, ARGV[5]: s, the
+-- layers sent, ARGV[6 .. 5 + 3s]: their m, k and capacity per block; then per
+-- fingerprint: its group (1-based) and the fingerprint (hex).
+-- Returns one answer per fingerprint, in order: the 1-based index of the
+-- filter holding it (seen), or 0 / -1 / -2 after adding it (new; -1: a layer
+-- was added; -2: past the last layer), or <= -11: more of the schedule is
+-- needed; then nothing was written for it nor for any later fingerprint of
+-- its group, which all answer the same, and the client calls again with them.
+local ttl, f, total, s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local sched = dedup_schedule(6, 5 + 3 * s)
+local fsize = s + 1
+local size = 1 + f * fsize
+local groups, h1s, h2s = {}, {}, {}
+for i = 6 + 3 * s, #ARGV, 2 do
+  local h1, h2 = dedup_hashes(ARGV[i + 1])
+  if not h1 then return dedup_bad_fingerprint(ARGV[i + 1]) end
+  groups[#groups + 1] = (tonumber(ARGV[i]) - 1) * size + 1
+  h1s[#h1s + 1], h2s[#h2s + 1] = h1, h2
 end
-dedup_stamp(KEYS[1], ARGV[1])
-return dedup_layers_add(2, n1, count1, sched, total, h1, h2, tonumber(ARGV[3]))
+dedup_check_stamps(size, ARGV[1])
+local out, blocked = {}, {}
+for i = 1, #groups do
+  local g, h1, h2 = groups[i], h1s[i], h2s[i]
+  local answer = blocked[g]
+  if not answer then
+    local n1, count1
+    for b = 1, f do
+      local fg = g + 1 + (b - 1) * fsize
+      local n, count = dedup_layer_state(fg)
+      if n > s then
+        answer = dedup_need_layers(n)
+        break
+      end
+      if b == 1 then n1, count1 = n, count end
+      if dedup_layers_hold(fg, n, sched, h1, h2) then
+        answer = b
+        break
+      end
+    end
+    if not answer then
+      dedup_stamp(KEYS[g], ARGV[1])
+      answer = dedup_layers_add(g + 1, n1, count1, sched, total, h1, h2, ttl)
+    end
+    if answer <= -11 then blocked[g] = answer end
+  end
+  out[i] = answer
+end
+return out

@@ -22,6 +22,18 @@ local function dedup_stamp(key, want)
     .. ', this filter is ' .. want)
 end
 
+-- Refuse, before anything is written, a call whose groups of ``size`` keys
+-- (each starting with its stamp) hold a stamp of other parameters.
+local function dedup_check_stamps(size, want)
+  for g = 1, #KEYS, size do
+    local have = rcall('GET', KEYS[g])
+    if have and have ~= want then
+      dedup_fail('stamp ' .. KEYS[g] .. ' says the data beside it was written as ' .. have
+        .. ', this filter is ' .. want)
+    end
+  end
+end
+
 -- A bitmap is created at its full size (SETBIT on the last offset of a missing
 -- key allocates exactly m/8 bytes), so Redis never grows it piecemeal; one that
 -- exists with another length was damaged (truncated, overwritten) and is refused.

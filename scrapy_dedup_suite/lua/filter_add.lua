@@ -1,0 +1,50 @@
+-- Check-and-add fingerprints in fixed-size Bloom filters, each one atomically.
+-- KEYS: one group of 1 + n keys per block the call touches: the block's stamp
+-- (stamp.lua), then its n filters (bloom: the block itself; windowed-bloom: the
+-- live buckets of the block, the current one first).
+-- ARGV[1]: the stamp's value, ARGV[2]: m (bits per filter), ARGV[3]: k,
+-- ARGV[4]: n, ARGV[5]: expiry in ms the first filter must carry (0: none);
+-- then per fingerprint: its group (1-based) and the fingerprint (hex).
+-- Returns one answer per fingerprint, in order: the 1-based index of the filter
+-- that holds it (seen), or 0 after adding it to the first filter (new). A
+-- fingerprint repeated in one call is new once, then seen. Nothing is written
+-- before every fingerprint and every stamp of the call is checked; a duplicate
+-- only reads, so it sends nothing to replicas or the AOF.
+local m, k, n, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local size = n + 1
+local groups, offsets = {}, {}
+for i = 6, #ARGV, 2 do
+  local positions = dedup_positions(ARGV[i + 1], m, k)
+  if not positions then return dedup_bad_fingerprint(ARGV[i + 1]) end
+  groups[#groups + 1] = (tonumber(ARGV[i]) - 1) * size + 1
+  offsets[#offsets + 1] = positions
+end
+dedup_check_stamps(size, ARGV[1])
+local out = {}
+for i = 1, #groups do
+  local g, positions = groups[i], offsets[i]
+  local key = KEYS[g + 1]
+  local first = dedup_first_missing(key, positions)
+  local answer = 0
+  if first == 0 then
+    answer = 1
+  else
+    for b = 2, n do
+      if dedup_first_missing(KEYS[g + b], positions) == 0 then
+        answer = b
+        break
+      end
+    end
+  end
+  if answer == 0 then
+    dedup_stamp(KEYS[g], ARGV[1])
+    dedup_ensure_bitmap(key, m)
+    dedup_set_from(key, positions, first)
+    -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
+    if ttl > 0 and rcall('PTTL', key) == -1 then
+      rcall('PEXPIRE', key, ttl)
+    end
+  end
+  out[i] = answer
+end
+return out
