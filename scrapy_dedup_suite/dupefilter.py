@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import (
@@ -78,6 +80,21 @@ FAILURES = (RedisError, RedisClusterException, DedupBackendError)
 SCRAPY_REDIS_DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
 
 
+@dataclass
+class BatchResult:
+    """What one batch check-and-add found (:meth:`RFPDupeFilter.check_fingerprints`).
+
+    ``seen[i]``: a duplicate. ``ambiguous[i]``: a retry after a failed call said
+    "seen", which may be the failed call's own write, so it counts as new.
+    ``error``: Redis failed and the batch was let through unchecked
+    (DEDUP_ON_ERROR='allow')."""
+
+    seen: list[bool]
+    ambiguous: list[bool] = field(default_factory=list)
+    retries: int = 0
+    error: Exception | None = None
+
+
 class RFPDupeFilter(BaseDupeFilter):
     """Redis-backed request duplicates filter with pluggable storage.
 
@@ -133,6 +150,10 @@ class RFPDupeFilter(BaseDupeFilter):
         # fingerprint function directly.
         overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
         self._fp = self.request_fingerprint if overridden else self.fingerprint
+        # Requests a batch checked and recorded (BatchDedupMiddleware): request_seen
+        # admits each once without a round trip. By identity, so a replace() copy or
+        # a redirect, which inherit meta, are checked again.
+        self._admitted: weakref.WeakSet[Request] = weakref.WeakSet()
 
     # scrapy-redis's RFPDupeFilter exposes these; code written for it reads and sets them.
     @property
@@ -218,6 +239,9 @@ class RFPDupeFilter(BaseDupeFilter):
         return self.fingerprint(request)
 
     def request_seen(self, request: Request) -> bool:
+        if request in self._admitted:
+            self._admitted.discard(request)
+            return False
         fp = self._fp(request)
         expire = self._expire(request) if self._uses_expire else None
         backend = self.backend
@@ -258,6 +282,85 @@ class RFPDupeFilter(BaseDupeFilter):
                     request,
                 )
             return None
+
+    # -- batches (BatchDedupMiddleware) -------------------------------------------------
+
+    def prepare_batch(self, requests: Sequence[Request]) -> tuple[list[str], list[float | None]]:
+        """Fingerprints and expiries of ``requests`` (on the reactor thread: the
+        fingerprinter and the stats are not thread-safe)."""
+        fps = [self._fp(request) for request in requests]
+        if self._uses_expire:
+            return fps, [self._expire(request) for request in requests]
+        return fps, [None] * len(fps)
+
+    def check_fingerprints(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> BatchResult:
+        """Check and record many fingerprints in one round trip per master, with
+        DEDUP_ON_ERROR applied to the batch as :meth:`request_seen` applies it to one
+        request. Blocking and touching no stats: safe to run in a thread; then
+        :meth:`account` on the reactor thread."""
+        backend = self.backend
+        try:
+            return BatchResult(backend.check_and_add_many(fingerprints, expires))
+        except FAILURES as exc:
+            if not self._transient(exc):
+                raise self._translate(exc, fingerprints[0]) from exc
+            error: Exception = exc
+        retries = 0
+        if self.on_error == "raise":
+            for _ in range(self.retries):
+                retries += 1
+                try:
+                    again = backend.check_and_add_many(fingerprints, expires)
+                except FAILURES as exc:
+                    if not self._transient(exc):
+                        raise self._translate(exc, fingerprints[0]) from exc
+                    error = exc
+                    continue
+                return BatchResult([False] * len(again), again, retries)
+            raise DedupBackendError(
+                f"Redis failed while checking a batch of {len(fingerprints)} request(s) against "
+                f"the {backend.name} dupefilter at {backend.key!r}, also after {self.retries} "
+                f"retries: {error}"
+            ) from error
+        return BatchResult([False] * len(fingerprints), [], retries, error)
+
+    def account(
+        self, requests: Sequence[Request], result: BatchResult, spider: Spider | None = None
+    ) -> list[Request]:
+        """Count and log a batch's answers as :meth:`request_seen` would, admit its new
+        requests (their request_seen answers False with no round trip), and return them."""
+        stats = self.stats
+        new = []
+        if stats is not None:
+            stats.inc_value("dedup/batches")
+            stats.inc_value("dedup/batched", len(requests))
+            if result.retries:
+                stats.inc_value("dedup/retries", result.retries)
+        unchecked = result.error is not None
+        if unchecked:
+            if stats is not None:
+                stats.inc_value("dedup/errors", len(requests))
+            self.logger.warning(
+                "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
+                "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
+                {"count": len(requests), "error": result.error},
+            )
+        ambiguous = result.ambiguous or [False] * len(requests)
+        for request, seen, unsure in zip(requests, result.seen, ambiguous):
+            if seen:
+                if stats is not None:
+                    for name in self._filtered_stats:
+                        stats.inc_value(name)
+                if spider is not None:
+                    self.log(request, spider)
+                continue
+            if stats is not None and not unchecked:
+                stats.inc_value("dedup/ambiguous" if unsure else "dedup/added")
+            self._admitted.add(request)
+            new.append(request)
+        return new
 
     @staticmethod
     def _transient(exc: Exception) -> bool:

@@ -1,7 +1,8 @@
 """One crawler process for the concurrency test: offers requests, prints its admissions.
 
 python -m tests.admit REDIS_URL CLUSTER BACKEND SEED N [SETTINGS_JSON]
-(CLUSTER: 1 for a Redis Cluster; SETTINGS_JSON: more settings)
+(CLUSTER: 1 for a Redis Cluster; SETTINGS_JSON: more settings, and "_batch": N to
+offer the requests in batches of N, as BatchDedupMiddleware does)
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 def main() -> None:
     url, cluster, backend = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
     seed, n = int(sys.argv[4]), int(sys.argv[5])
+    extra = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
+    size = extra.pop("_batch", 0)
     from scrapy import Request
 
     settings = Settings(
@@ -29,7 +32,7 @@ def main() -> None:
             "DEDUP_BACKEND": backend,
             "DEDUP_BLOOM_CAPACITY": 100_000,
             "DEDUP_BLOOM_BLOCKS": 6,  # spread over the cluster's masters
-            **(json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}),
+            **extra,
         }
     )
     df = RFPDupeFilter(build_backend(settings, "crowd"))
@@ -38,7 +41,14 @@ def main() -> None:
     random.Random(seed).shuffle(requests)
     print("ready", flush=True)
     sys.stdin.readline()  # start together
-    admitted = [scrapy_redis_fingerprint(r) for r in requests if not df.request_seen(r)]
+    if size:
+        admitted = []
+        for start in range(0, n, size):
+            chunk = requests[start : start + size]
+            new = df.account(chunk, df.check_fingerprints(*df.prepare_batch(chunk)))
+            admitted += [scrapy_redis_fingerprint(r) for r in new if not df.request_seen(r)]
+    else:
+        admitted = [scrapy_redis_fingerprint(r) for r in requests if not df.request_seen(r)]
     print(json.dumps(admitted), flush=True)
 
 

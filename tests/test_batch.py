@@ -1,0 +1,239 @@
+"""Batches: check_and_add_many on every backend row, and the dupefilter's batch path
+(prepare_batch / check_fingerprints / account) that BatchDedupMiddleware uses."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Request
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
+
+from scrapy_dedup_suite.backends import SetBackend
+from scrapy_dedup_suite.backends.base import slot_of
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+from scrapy_dedup_suite.exceptions import DedupBackendError, InvalidFingerprintError
+from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+
+from .conftest import BACKENDS, ROWS
+from .helpers import connect, fingerprints, run_crowd
+from .servers import poll_until
+
+ON_CLUSTER = True
+
+EXACT = {"set", "hash"}
+
+
+def evalsha_calls(client: Any) -> dict[str, int]:
+    """EVALSHA calls per server since the last CONFIG RESETSTAT, by node name."""
+    out = {}
+    nodes = client.get_primaries() if hasattr(client, "get_primaries") else [None]
+    for node in nodes:
+        if node is None:
+            stats = client.info("commandstats")
+            name = "single"
+        else:
+            stats = client.info("commandstats", target_nodes=node)
+            name = node.name
+        out[name] = int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return out
+
+
+def reset_stats(client: Any) -> None:
+    if hasattr(client, "get_primaries"):
+        client.config_resetstat(target_nodes=client.ALL_NODES)
+    else:
+        client.config_resetstat()
+
+
+def test_a_batch_answers_as_one_call_per_fingerprint_would(make_backend, backend_name):
+    backend = make_backend()
+    backend.open()
+    fps = fingerprints(400)
+    assert backend.check_and_add_many(fps[:200]) == [False] * 200
+    answers = backend.check_and_add_many(fps[100:400])
+    assert answers[:100] == [True] * 100  # recorded by the first batch
+    new = answers[100:]
+    if backend_name in EXACT:
+        assert new == [False] * 200
+    else:
+        assert new.count(True) <= 1  # a false positive at most, at these sizes
+    # What the batches recorded, the per-request path sees.
+    assert all(backend.check_and_add(fp) for fp in fps)
+
+
+def test_a_fingerprint_repeated_in_a_batch_is_new_once(make_backend):
+    backend = make_backend()
+    backend.open()
+    a, b, c = fingerprints(3, "repeat")
+    assert backend.check_and_add_many([a, b, a, c, b, a]) == [False, False, True, False, True, True]
+
+
+def test_an_empty_batch_makes_no_call(make_backend, server, topology):
+    backend = make_backend()
+    backend.open()
+    reset_stats(server)
+    assert backend.check_and_add_many([]) == []
+    assert sum(evalsha_calls(server).values()) == 0
+
+
+def test_one_call_per_batch_on_a_server_one_per_slot_on_a_cluster(make_backend, server, topology):
+    backend = make_backend()
+    backend.open()
+    fps = fingerprints(300, "calls")
+    backend.check_and_add_many(fps[:10])  # scalable rows learn their layers here
+    reset_stats(server)
+    backend.check_and_add_many(fps)
+    calls = evalsha_calls(server)
+    if topology == "single":
+        assert calls == {"single": 1}
+        return
+    # One call per slot the batch touches (a block's or shard's keys share a slot),
+    # the calls of one master sent together in one pipeline round.
+    if isinstance(backend, SetBackend):
+        touched = {slot_of(backend.key)}
+    else:
+        context = backend.add_context()
+        touched = {slot_of(backend.group_keys(backend.add_group(fp), context)[0]) for fp in fps}
+    assert sum(calls.values()) == len(touched)
+
+
+def test_a_batch_grows_a_scalable_filter_like_single_calls(server, topology):
+    batched = BACKENDS["bloom+scaling"](server, "t:batched")
+    single = BACKENDS["bloom+scaling"](server, "t:single")
+    batched.open()
+    single.open()
+    fps = fingerprints(2500, "grow")
+    new = 0
+    for start in range(0, len(fps), 500):
+        new += batched.check_and_add_many(fps[start : start + 500]).count(False)
+    assert new == sum(not single.check_and_add(fp) for fp in fps)
+    assert batched.layers_added == single.layers_added >= 1
+    assert all(batched.contains_many(fps))
+    # Each block's layer record counts what it holds, as after single calls.
+    for a, b in zip(batched.block_keys, single.block_keys):
+        assert server.hgetall(f"{a}:layers") == server.hgetall(f"{b}:layers")
+
+
+@pytest.mark.single_server
+def test_per_request_expiries_in_one_batch(server):
+    backend = BACKENDS["hash"](server)
+    backend.open()
+    short, long = fingerprints(2, "expire")
+    assert backend.check_and_add_many([short, long], [0.001, 3600]) == [False, False]
+    poll_until(lambda: not backend.contains(short))  # expired by the server's clock
+    assert backend.check_and_add_many([short, long]) == [False, True]
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("row", [r for r in ROWS if "bloom" in r.values[0]])
+def test_a_bad_fingerprint_in_a_batch_writes_nothing(server, row):
+    backend = BACKENDS[row](server)
+    backend.open()
+    good = fingerprints(1, "good")[0]
+    with pytest.raises(InvalidFingerprintError):
+        backend.check_and_add_many([good, "not-hex"])
+    assert not backend.contains(good)
+
+
+@pytest.mark.single_server
+def test_a_stamp_of_other_parameters_refuses_the_whole_batch(server):
+    backend = BACKENDS["bloom"](server)
+    backend.open()
+    fps = fingerprints(50, "stamp")
+    victim = backend.block(fps[-1])
+    server.set(backend.stamp_keys[victim], "backend=bloom;layout=0")
+    with pytest.raises(redis.ResponseError, match="stamp"):
+        backend.check_and_add_many(fps)
+    assert not any(backend.contains_many(fps))
+
+
+# -- the dupefilter's batch path ------------------------------------------------------------
+
+
+def make_dupefilter(backend: Any, **kw: Any) -> RFPDupeFilter:
+    stats = MemoryStatsCollector(get_crawler())
+    df = RFPDupeFilter(backend, stats=stats, **kw)
+    df.open()
+    return df
+
+
+def batch(df: RFPDupeFilter, requests: list[Request]) -> list[Request]:
+    fps, expires = df.prepare_batch(requests)
+    return df.account(requests, df.check_fingerprints(fps, expires))
+
+
+def test_admitted_requests_cost_no_second_round_trip(make_backend, server, backend_name):
+    df = make_dupefilter(make_backend())
+    requests = [Request(f"http://batch.test/{i % 30}") for i in range(40)]  # 10 repeats
+    new = batch(df, requests)
+    assert [r.url for r in new] == [f"http://batch.test/{i}" for i in range(30)]
+    stats = df.stats.get_stats()
+    assert stats["dedup/added"] == 30
+    assert stats["dupefilter/filtered"] == stats["dedup/filtered"] == 10
+    assert ("bloomfilter/filtered" in stats) == ("bloom" in backend_name)
+    assert stats["dedup/batches"] == 1 and stats["dedup/batched"] == 40
+    reset_stats(server)
+    assert not any(df.request_seen(r) for r in new)  # admitted, no call
+    assert sum(evalsha_calls(server).values()) == 0
+    # Admitted once: the same request offered again, or a copy (a redirect is a
+    # replace() that inherits meta), is checked, and was recorded.
+    assert df.request_seen(new[0])
+    assert df.request_seen(new[1].replace(meta={"copied": True}))
+    assert df.stats.get_value("dedup/added") == 30
+
+
+@pytest.mark.single_server
+def test_dont_filter_and_per_request_stats_match_a_batch(server):
+    one = make_dupefilter(BACKENDS["hash"](server, "t:one"))
+    many = make_dupefilter(BACKENDS["hash"](server, "t:many"))
+    requests = [Request(f"http://same.test/{i % 7}", meta={"dedup_expire": 60}) for i in range(20)]
+    for r in requests:
+        one.request_seen(r)
+    batch(many, requests)
+    keep = ("dedup/added", "dupefilter/filtered", "dedup/filtered")
+    assert {k: one.stats.get_value(k) for k in keep} == {k: many.stats.get_value(k) for k in keep}
+
+
+@pytest.mark.single_server
+def test_an_unreachable_redis_lets_the_batch_through_with_allow(redis_server, server):
+    backend = BACKENDS["set"](server)
+    df = make_dupefilter(backend, on_error="allow")
+    dead = redis.Redis(port=redis_server.port + 1 if redis_server.port < 65535 else 1)
+    df.server = dead
+    df.backend._opened = True  # as if opened before the server went away
+    requests = [Request(f"http://down.test/{i}") for i in range(5)]
+    new = batch(df, requests)
+    assert new == requests
+    assert df.stats.get_value("dedup/errors") == 5
+    assert df.stats.get_value("dedup/added") is None
+
+
+@pytest.mark.single_server
+def test_an_unreachable_redis_raises_after_retries_with_raise(redis_server, server):
+    backend = BACKENDS["set"](server)
+    df = make_dupefilter(backend, on_error="raise", retries=2)
+    df.server = redis.Redis(port=redis_server.port + 1 if redis_server.port < 65535 else 1)
+    df.backend._opened = True
+    fps, expires = df.prepare_batch([Request("http://down.test/1")])
+    with pytest.raises(DedupBackendError, match="also after 2 retries"):
+        df.check_fingerprints(fps, expires)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r.values[0] in ("set", "hash", "bloom")])
+def test_crawler_processes_batching_the_same_links_admit_each_once(redis_url, topology, row):
+    name = row
+    connect(redis_url, topology).flushall()
+    admitted = run_crowd(redis_url, topology, name, 2000, {"_batch": 50})
+    counts = Counter(admitted.values())
+    if name in EXACT:
+        assert counts == Counter({1: 2000})
+    else:  # at most once; a false positive may drop one
+        assert set(counts) <= {1} and sum(counts.values()) >= 1995
+    expected = {
+        scrapy_redis_fingerprint(Request(f"http://crowd.test/page/{i}")) for i in range(2000)
+    }
+    assert set(admitted) <= expected
