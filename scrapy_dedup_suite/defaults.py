@@ -110,3 +110,10 @@ DEDUP_JANITOR_BATCH = 200
 #: dedup key, renewed while the pass runs; a crashed janitor's lock expires
 #: after this many seconds.
 DEDUP_JANITOR_LOCK_TIMEOUT = 60
+
+#: BatchDedupMiddleware (``scrapy_dedup_suite.middleware``): the most requests
+#: checked in one call (a callback's requests are sent at the end of its output,
+#: or each time this many are waiting), and how many batches may be in flight at
+#: once (each on a thread with its own Redis connection).
+DEDUP_BATCH_SIZE = 500
+DEDUP_BATCH_THREADS = 4

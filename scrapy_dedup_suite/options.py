@@ -209,3 +209,43 @@ class JanitorOptions:
             batch=value(settings, "DEDUP_JANITOR_BATCH"),
             lock_timeout=value(settings, "DEDUP_JANITOR_LOCK_TIMEOUT"),
         )
+
+
+#: The largest batch BatchDedupMiddleware sends in one call.
+MAX_BATCH_SIZE = 10_000
+#: The most batches in flight at once (threads, each with its own connection).
+MAX_BATCH_THREADS = 64
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """BatchDedupMiddleware's settings."""
+
+    size: int
+    threads: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> BatchOptions:
+        size = config.check_int(
+            "DEDUP_BATCH_SIZE",
+            value(settings, "DEDUP_BATCH_SIZE"),
+            minimum=1,
+            allowed=f"a whole number of requests from 1 to {MAX_BATCH_SIZE:,}",
+        )
+        threads = config.check_int(
+            "DEDUP_BATCH_THREADS",
+            value(settings, "DEDUP_BATCH_THREADS"),
+            minimum=1,
+            allowed=f"a whole number of threads from 1 to {MAX_BATCH_THREADS}",
+        )
+        if size > MAX_BATCH_SIZE:
+            raise DedupConfigError(
+                f"DEDUP_BATCH_SIZE must be a whole number of requests from 1 to "
+                f"{MAX_BATCH_SIZE:,} (one call holds the server for the whole batch), got {size:,}"
+            )
+        if threads > MAX_BATCH_THREADS:
+            raise DedupConfigError(
+                f"DEDUP_BATCH_THREADS must be a whole number of threads from 1 to "
+                f"{MAX_BATCH_THREADS}, got {threads:,}"
+            )
+        return cls(size, threads)

@@ -59,7 +59,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 #: Modules whose every test starts subprocesses (crawls, commands, crawler processes).
-SUBPROCESS_MODULES = {"test_crawl", "test_concurrency", "test_example", "test_bench"}
+SUBPROCESS_MODULES = {
+    "test_crawl",
+    "test_concurrency",
+    "test_example",
+    "test_bench",
+    "test_middleware",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

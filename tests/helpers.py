@@ -37,19 +37,23 @@ SCHEDULERS = {
 def crawl(
     tmp_path: Path, site, settings: dict, name: str = "run", start_dont_filter: bool = False
 ) -> dict:
-    out = tmp_path / f"{name}.json"
     args = {
         "start_url": f"{site.url}/page/0",
         "settings": settings,
-        "out": str(out),
         "start_dont_filter": start_dont_filter,
     }
+    return run_script("tests.crawl", args, tmp_path / f"{name}.json")
+
+
+def run_script(module: str, args: dict, out: Path, timeout: float = 180) -> dict:
+    """``python -m module '{json args, "out": out}'`` in a fresh process; its JSON
+    output, with its log (stderr) under "log"."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.crawl", json.dumps(args)],
+        [sys.executable, "-m", module, json.dumps({**args, "out": str(out)})],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
