@@ -1,0 +1,263 @@
+"""Real Scrapy crawls of a local link-heavy site: what Redis dedup costs a crawl.
+
+    python -m bench.crawl [--pages 2000] [--links 50] [--latency 0,0.5,1]
+                          [--backends bloom] [--concurrency 16]
+
+Each crawl starts from page 0 of a local site of PAGES pages with LINKS links
+each (every page reachable), in a fresh process, with Scrapy's own scheduler (a
+memory queue, so only the dupefilter touches Redis), and reports pages/s over
+the crawl (Scrapy's elapsed_time_seconds). Rows:
+
+- ``memory``: Scrapy's in-memory dupefilter (the ceiling);
+- ``scrapy-redis``: scrapy-redis's dupefilter, one SADD per request;
+- ``<backend>``: ours, one round trip per request;
+- ``<backend> batched``: ours with BatchDedupMiddleware, one round trip per page.
+
+The Redis rows run on loopback and behind bench/latency_proxy.py for each
+--latency (ms added to each round trip; the PING time measured through the proxy
+is printed). Ratios are to ``memory`` and to ``scrapy-redis`` at the same
+latency, in the same run; ``calls/page`` counts the server's EVAL/EVALSHA/SADD
+calls per page crawled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import redis
+
+from scrapy_dedup_suite.embedded import EmbeddedRedis, free_port, server_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+MIDDLEWARE = {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}
+
+
+class Site:
+    """``/page/N``: N < pages, each linking to the next page and to links - 1 others."""
+
+    def __init__(self, pages: int, links: int) -> None:
+        bodies = []
+        for n in range(pages):
+            targets = [(n + 1) % pages] + [(n * 7 + i * 13 + 1) % pages for i in range(1, links)]
+            body = "".join(f'<a href="/page/{m}">page {m}</a>\n' for m in targets)
+            bodies.append(f"<html><body><h1>page {n}</h1>\n{body}</body></html>".encode())
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                parts = self.path.strip("/").split("/")
+                if len(parts) != 2 or parts[0] != "page" or not parts[1].isdigit():
+                    self.send_error(404)
+                    return
+                n = int(parts[1])
+                if n >= pages:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(bodies[n])))
+                self.end_headers()
+                self.wfile.write(bodies[n])
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+class Proxy:
+    """bench/latency_proxy.py in its own process."""
+
+    def __init__(self, target: int, delay_ms: float) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.latency_proxy", str(self.port), str(target),
+             str(delay_ms)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        if self.proc.stdout is None or self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the latency proxy did not start")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def ping_ms(port: int, samples: int = 200) -> float:
+    client = redis.Redis(port=port)
+    client.ping()
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - started)
+    client.close()
+    return statistics.median(times) * 1000
+
+
+def proxy_for(target: int, latency_ms: float) -> tuple[Proxy, float]:
+    """A proxy whose PING is about ``latency_ms`` more than loopback's: its own
+    overhead (threads, wake-ups) is measured first and taken off the delay."""
+    loopback = ping_ms(target)
+    probe = Proxy(target, 0)
+    overhead = ping_ms(probe.port) - loopback
+    probe.stop()
+    proxy = Proxy(target, max(0.0, latency_ms - overhead))
+    return proxy, ping_ms(proxy.port)
+
+
+def calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+        for name in ("evalsha", "eval", "sadd")
+    )
+
+
+def run_crawl(site: str, settings: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "stats.json"
+        args = {"site": site, "settings": settings, "out": str(out)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.crawl", "--child", json.dumps(args)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"crawl failed: {proc.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+
+def child(args: dict) -> None:
+    """One crawl, in this process: stats to args["out"]."""
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    class LinkSpider(scrapy.Spider):
+        name = "bench"
+
+        async def start(self):
+            yield scrapy.Request(f"{args['site']}/page/0")
+
+        def parse(self, response):
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, self.parse)
+
+    settings = {
+        "LOG_LEVEL": "WARNING",
+        "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False,
+        "COOKIES_ENABLED": False,
+        **args["settings"],
+    }
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(LinkSpider)
+    process.crawl(crawler)
+    process.start()
+    stats = crawler.stats.get_stats()
+    Path(args["out"]).write_text(
+        json.dumps({k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.crawl", description=__doc__)
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--links", type=int, default=50)
+    parser.add_argument("--latency", default="0,0.5,1", help="ms added per round trip, listed")
+    parser.add_argument("--backends", default="bloom", help="our backends, listed (set, bloom...)")
+    parser.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS")
+    parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.child:
+        child(json.loads(opts.child))
+        return 0
+    if opts.pages < 2 or opts.links < 1:
+        parser.error("--pages must be at least 2 and --links at least 1")
+    try:
+        latencies = [float(x) for x in opts.latency.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--latency must list numbers of ms, e.g. 0,0.5,1; got {opts.latency!r}")
+    backends = [b.strip() for b in opts.backends.split(",") if b.strip()]
+    site = Site(opts.pages, opts.links)
+    base = {"CONCURRENT_REQUESTS": opts.concurrency}
+    binary = opts.server or shutil.which("redis-server") or server_binary()
+    rows: list[tuple[str, float, float, float, int]] = []  # name, latency, ping, pages/s, calls
+
+    def record(name: str, latency: float, ping: float, stats: dict, used: int) -> None:
+        pages = stats.get("downloader/response_status_count/200", 0)
+        if pages != opts.pages:
+            raise RuntimeError(f"{name}: crawled {pages} pages of {opts.pages}")
+        rate = pages / stats["elapsed_time_seconds"]
+        rows.append((name, latency, ping, rate, used))
+        print(
+            f"  {name:22s} {latency:4.1f} ms (PING {ping:5.2f} ms) {rate:7.1f} pages/s", flush=True
+        )
+
+    print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
+    record("memory", 0.0, 0.0, run_crawl(site.url, base), 0)
+    with EmbeddedRedis(binary=binary) as server:
+        direct = redis.Redis(port=server.port)
+        for latency in latencies:
+            proxy = None
+            port, ping = server.port, ping_ms(server.port)
+            if latency > 0:
+                proxy, ping = proxy_for(server.port, latency)
+                port = proxy.port
+            url = f"redis://127.0.0.1:{port}/0"
+            configs = [
+                ("scrapy-redis", {"DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"}),
+            ]
+            for backend in backends:
+                ours = {
+                    "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+                    "DEDUP_BACKEND": backend,
+                    "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * opts.pages),
+                }
+                configs.append((backend, ours))
+                configs.append((f"{backend} batched", {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}))
+            for name, settings in configs:
+                direct.flushall()
+                direct.config_resetstat()
+                stats = run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
+                record(name, latency, ping, stats, calls(direct))
+            if proxy is not None:
+                proxy.stop()
+        direct.close()
+    ceiling = rows[0][3]
+    print(
+        "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
+    )
+    for name, latency, ping, rate, used in rows:
+        ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
+        versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
+        per_page = f"{used / opts.pages:10.2f}" if name != "memory" else ""
+        print(
+            f"{name:22s} {latency:5.1f} ms {ping:5.2f} {rate:8.1f} {rate / ceiling:8.2f}x "
+            f"{versus} {per_page}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
