@@ -16,8 +16,8 @@ the crawl (Scrapy's elapsed_time_seconds). Rows:
 The Redis rows run on loopback and behind bench/latency_proxy.py for each
 --latency (ms added to each round trip; the PING time measured through the proxy
 is printed). Ratios are to ``memory`` and to ``scrapy-redis`` at the same
-latency, in the same run; ``calls/page`` counts the server's EVAL/EVALSHA/SADD
-calls per page crawled.
+latency, in the same run; ``calls/page`` counts the dupefilter's round trips
+(the server's EVALSHA calls, or SADDs for rows without scripts) per page crawled.
 """
 
 from __future__ import annotations
@@ -124,11 +124,14 @@ def proxy_for(target: int, latency_ms: float) -> tuple[Proxy, float]:
 
 
 def calls(client: redis.Redis) -> int:
+    """Round trips the dupefilter made: its script calls, or (rows without scripts)
+    its SADDs. (Commands a script runs count in INFO too, so not both.)"""
     stats = client.info("commandstats")
-    return sum(
-        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
-        for name in ("evalsha", "eval", "sadd")
-    )
+
+    def count(name: str) -> int:
+        return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+    return count("evalsha") + count("eval") or count("sadd")
 
 
 def run_crawl(site: str, settings: dict) -> dict:

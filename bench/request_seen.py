@@ -2,11 +2,14 @@
 ours for each backend, built as scrapy-redis's scheduler builds them (``from_spider``,
 with a crawler's stats), fingerprinting included, on a server of its own.
 
-    python -m bench.request_seen [--requests 20000] [--rounds 2] [--server redis-server]
+    python -m bench.request_seen [--requests 20000] [--rounds 2] [--batch 50]
+                                 [--server redis-server]
 
 Each round offers N new requests, then the same N again (duplicates), to each filter
 in turn; the best round of each is reported, as requests/s and as a ratio to
-scrapy-redis's in the same run.
+scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
+batches of --batch (a page's links) through the path BatchDedupMiddleware takes
+(``prepare_batch``, ``check_fingerprints``, ``account``), fingerprinting included.
 """
 
 from __future__ import annotations
@@ -44,7 +47,26 @@ def offer(df, requests: list[Request]) -> tuple[float, float]:
     return len(requests) / first, len(requests) / second
 
 
-def measure(url: str, n: int, rounds: int) -> dict[str, tuple[float, float]]:
+def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]:
+    """As :func:`offer`, in batches of ``size`` as BatchDedupMiddleware sends them."""
+
+    def once() -> tuple[float, int]:
+        started = time.perf_counter()
+        admitted = 0
+        for start in range(0, len(requests), size):
+            chunk = requests[start : start + size]
+            new = df.account(chunk, df.check_fingerprints(*df.prepare_batch(chunk)))
+            admitted += sum(not df.request_seen(r) for r in new)  # as the scheduler admits them
+        return time.perf_counter() - started, admitted
+
+    first, new = once()
+    second, again = once()
+    if new != len(requests) or again != 0:
+        raise AssertionError(f"{df!r}: {new} new, then {again} new again, of {len(requests)}")
+    return len(requests) / first, len(requests) / second
+
+
+def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[float, float]]:
     requests = [Request(f"http://bench.test/page/{i}?a=1") for i in range(n)]
     client = redis.Redis.from_url(url)
     best: dict[str, tuple[float, float]] = {}
@@ -66,6 +88,10 @@ def measure(url: str, n: int, rounds: int) -> dict[str, tuple[float, float]]:
             }
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
             keep(backend, offer(RFPDupeFilter.from_spider(spider), requests))
+            client.flushall()
+            spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
+            df = RFPDupeFilter.from_spider(spider)
+            keep(f"{backend} batched", offer_batches(df, requests, batch))
     client.close()
     return best
 
@@ -74,18 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.request_seen", description=__doc__)
     parser.add_argument("--requests", type=int, default=20_000, metavar="N")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=50, help="requests per batch (a page's links)")
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
     opts = parser.parse_args(argv)
-    if opts.requests < 1 or opts.rounds < 1:
-        parser.error("--requests and --rounds must be at least 1")
+    if opts.requests < 1 or opts.rounds < 1 or opts.batch < 1:
+        parser.error("--requests, --rounds and --batch must be at least 1")
     binary = opts.server or shutil.which("redis-server") or server_binary()
     with EmbeddedRedis(binary=binary) as server:
-        best = measure(server.url, opts.requests, opts.rounds)
+        best = measure(server.url, opts.requests, opts.rounds, opts.batch)
     ref_new, ref_seen = best["scrapy-redis"]
     print(f"request_seen, {opts.requests:,} new then the same again, best of {opts.rounds}:")
     for name, (new, seen) in best.items():
         print(
-            f"  {name:15s} new {new:8,.0f}/s ({new / ref_new:.2f}x)   "
+            f"  {name:23s} new {new:8,.0f}/s ({new / ref_new:.2f}x)   "
             f"duplicate {seen:8,.0f}/s ({seen / ref_seen:.2f}x)"
         )
     return 0

@@ -239,7 +239,7 @@ class RFPDupeFilter(BaseDupeFilter):
         return self.fingerprint(request)
 
     def request_seen(self, request: Request) -> bool:
-        if request in self._admitted:
+        if self._admitted and request in self._admitted:
             self._admitted.discard(request)
             return False
         fp = self._fp(request)

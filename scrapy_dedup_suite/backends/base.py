@@ -429,7 +429,21 @@ class DedupBackend(ABC):
         One round trip, atomic on the server. ``expire`` (seconds) is honoured
         by backends with per-fingerprint expiry and ignored by the others.
         """
-        return self.check_and_add_many((fingerprint,), (expire,))[0]
+        script = self.add_script
+        if script is None:
+            raise NotImplementedError(f"{type(self).__name__} has no add script")
+        # The per-request path: the one call of a batch of one, built directly.
+        context = self.add_context()
+        keys = self.group_keys(self.add_group(fingerprint), context)
+        args = [*self.add_header(context), 1, *self.fp_args(fingerprint, expire)]
+        answer = self.run_script(script, keys, args)[0]
+        if answer > 0:
+            return True
+        if answer < 0:
+            if self.again(answer):  # nothing was written: the general path sends more
+                return self.check_and_add_many((fingerprint,), (expire,))[0]
+            self.on_grown(answer)
+        return False
 
     def check_and_add_many(
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None

@@ -137,6 +137,7 @@ class Fixed(Shape):
         super().__init__(params)
         self._m = str(params.block_bits)
         self._k = str(params.hashes)
+        self._header: tuple[tuple[str, int, int], list[Any]] = (("", 0, 0), [])
 
     @property
     def error_rate(self) -> float:
@@ -149,7 +150,12 @@ class Fixed(Shape):
         return [stamp_key, *filters]
 
     def add_header(self, stamp: str, ttl_ms: int, filters: int) -> list[Any]:
-        return [stamp, self._m, self._k, filters, ttl_ms]
+        # The same for every call of a bloom filter (the per-request path): kept.
+        made, header = self._header
+        if made != (stamp, ttl_ms, filters):
+            header = [stamp, self._m, self._k, filters, ttl_ms]
+            self._header = ((stamp, ttl_ms, filters), header)
+        return header
 
     def contains_call(self, filters: Sequence[str], fp: str) -> tuple[list[str], list[Any]]:
         return list(filters), [fp, self._m, self._k]
