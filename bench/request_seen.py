@@ -9,7 +9,7 @@ Each round offers N new requests, then the same N again (duplicates), to each fi
 in turn; the best round of each is reported, as requests/s and as a ratio to
 scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
 batches of --batch (a page's links) through the path BatchDedupMiddleware takes
-(``prepare_batch``, ``check_fingerprints``, ``account``), fingerprinting included.
+(``prepare_batch``, ``check_batch``, ``account``), fingerprinting included.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
         admitted = 0
         for start in range(0, len(requests), size):
             chunk = requests[start : start + size]
-            new = df.account(chunk, df.check_fingerprints(*df.prepare_batch(chunk)))
+            batch = df.prepare_batch(chunk)
+            new = df.account(batch, df.check_batch(batch))
             admitted += sum(not df.request_seen(r) for r in new)  # as the scheduler admits them
         return time.perf_counter() - started, admitted
 

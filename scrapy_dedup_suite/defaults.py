@@ -117,3 +117,9 @@ DEDUP_JANITOR_LOCK_TIMEOUT = 60
 #: once (each on a thread with its own Redis connection).
 DEDUP_BATCH_SIZE = 500
 DEDUP_BATCH_THREADS = 4
+
+#: Fingerprints one process keeps in memory once it knows they are recorded, to
+#: answer repeats with no round trip (0: off). Used with the backends whose answer
+#: never turns from seen back to new (set, bloom, scalable bloom); ignored, with a
+#: warning, by hash and windowed-bloom. About 150 bytes of the crawler's memory each.
+DEDUP_LOCAL_CACHE = 0

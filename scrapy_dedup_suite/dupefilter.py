@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from scrapy.settings import BaseSettings
 
 from . import config, scripts
 from .backends import DedupBackend, build_backend, dupefilter_key  # noqa: F401 - re-exported
-from .backends.base import cluster_node_error
+from .backends.base import STABLE_ANSWERS, cluster_node_error
 from .connection import get_redis, without_retries
 from .exceptions import (
     DedupBackendError,
@@ -43,7 +44,7 @@ from .exceptions import (
     WrongKeyTypeError,
 )
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
-from .options import ON_ERROR, DupefilterOptions, check_retries
+from .options import ON_ERROR, DupefilterOptions, check_local_cache, check_retries
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -78,6 +79,46 @@ FAILURES = (RedisError, RedisClusterException, DedupBackendError)
 
 #: scrapy-redis's key for a dupefilter built without a spider (``from_settings``).
 SCRAPY_REDIS_DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
+
+
+@dataclass
+class Batch:
+    """Requests to check together (:meth:`RFPDupeFilter.prepare_batch`): their
+    fingerprints and expiries, and which of them the local cache knows are recorded
+    (those are not sent)."""
+
+    requests: Sequence[Request]
+    fingerprints: list[str]
+    expires: list[float | None]
+    known: list[bool]
+
+
+class KnownFingerprints:
+    """A bounded set of fingerprints this process knows are recorded (least recently
+    used dropped first), for backends whose answer never turns from seen back to new
+    (``STABLE_ANSWERS``). Used on the reactor thread only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._fps: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, fp: object) -> bool:
+        if fp in self._fps:
+            self._fps.move_to_end(fp)  # type: ignore[arg-type]
+            return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._fps)
+
+    def add(self, fp: str) -> None:
+        self._fps[fp] = None
+        self._fps.move_to_end(fp)
+        if len(self._fps) > self.size:
+            self._fps.popitem(last=False)
+
+    def clear(self) -> None:
+        self._fps.clear()
 
 
 @dataclass
@@ -117,6 +158,7 @@ class RFPDupeFilter(BaseDupeFilter):
         stats: StatsCollector | None = None,
         on_error: str = config.default("DEDUP_ON_ERROR"),
         retries: int = config.default("DEDUP_ERROR_RETRIES"),
+        local_cache: int = config.default("DEDUP_LOCAL_CACHE"),
         settings: BaseSettings | None = None,
     ) -> None:
         if not isinstance(backend, DedupBackend):
@@ -154,6 +196,16 @@ class RFPDupeFilter(BaseDupeFilter):
         # admits each once without a round trip. By identity, so a replace() copy or
         # a redirect, which inherit meta, are checked again.
         self._admitted: weakref.WeakSet[Request] = weakref.WeakSet()
+        self._known: KnownFingerprints | None = None
+        local_cache = check_local_cache(local_cache)
+        if local_cache and STABLE_ANSWERS in backend.capabilities:
+            self._known = KnownFingerprints(local_cache)
+        elif local_cache:
+            self.logger.warning(
+                "DEDUP_LOCAL_CACHE is ignored for the %s backend: its answers turn from seen "
+                "back to new when fingerprints expire, which a local cache cannot know",
+                backend.name,
+            )
 
     # scrapy-redis's RFPDupeFilter exposes these; code written for it reads and sets them.
     @property
@@ -192,6 +244,7 @@ class RFPDupeFilter(BaseDupeFilter):
             stats=crawler.stats if crawler is not None else None,
             on_error=options.on_error,
             retries=options.retries,
+            local_cache=options.local_cache,
         )
 
     @classmethod
@@ -230,8 +283,11 @@ class RFPDupeFilter(BaseDupeFilter):
     def clear(self) -> None:
         """Delete everything the backend stored (scrapy-redis calls this when
         ``SCHEDULER_PERSIST`` is False and on flush). Other workers may go on
-        recording into the same filter: it stays usable for them and for later runs."""
+        recording into the same filter: it stays usable for them and for later runs.
+        Empties this process's local cache (another process's clear() does not reach it)."""
         self.backend.clear()
+        if self._known is not None:
+            self._known.clear()
 
     # -- per request -------------------------------------------------------------------
 
@@ -243,6 +299,10 @@ class RFPDupeFilter(BaseDupeFilter):
             self._admitted.discard(request)
             return False
         fp = self._fp(request)
+        known = self._known
+        if known is not None and fp in known:
+            self._count_filtered(0, cached=1)
+            return True
         expire = self._expire(request) if self._uses_expire else None
         backend = self.backend
         try:
@@ -253,14 +313,22 @@ class RFPDupeFilter(BaseDupeFilter):
             if not self._transient(exc):
                 raise self._translate(exc, fp) from exc
             return self._after_failure(request, fp, expire, exc)
-        stats = self.stats
-        if stats is not None:
-            if seen:
-                for name in self._filtered_stats:
-                    stats.inc_value(name)
-            else:
-                stats.inc_value("dedup/added")
+        if known is not None:
+            known.add(fp)
+        if seen:
+            self._count_filtered()
+        elif self.stats is not None:
+            self.stats.inc_value("dedup/added")
         return seen
+
+    def _count_filtered(self, count: int = 1, cached: int = 0) -> None:
+        stats = self.stats
+        if stats is None or not count + cached:
+            return
+        for name in self._filtered_stats:
+            stats.inc_value(name, count + cached)
+        if cached:
+            stats.inc_value("dedup/cache_hits", cached)
 
     def _expire(self, request: Request) -> float | None:
         """``request.meta["dedup_expire"]`` if valid; a bad value is counted, logged
@@ -285,13 +353,36 @@ class RFPDupeFilter(BaseDupeFilter):
 
     # -- batches (BatchDedupMiddleware) -------------------------------------------------
 
-    def prepare_batch(self, requests: Sequence[Request]) -> tuple[list[str], list[float | None]]:
-        """Fingerprints and expiries of ``requests`` (on the reactor thread: the
-        fingerprinter and the stats are not thread-safe)."""
+    def prepare_batch(self, requests: Sequence[Request]) -> Batch:
+        """Fingerprints and expiries of ``requests``, and which the local cache knows
+        (on the reactor thread: the fingerprinter, the cache and the stats are not
+        thread-safe)."""
         fps = [self._fp(request) for request in requests]
         if self._uses_expire:
-            return fps, [self._expire(request) for request in requests]
-        return fps, [None] * len(fps)
+            expires = [self._expire(request) for request in requests]
+        else:
+            expires = [None] * len(fps)
+        known = self._known
+        cached = [fp in known for fp in fps] if known is not None else [False] * len(fps)
+        return Batch(requests, fps, expires, cached)
+
+    def check_batch(self, batch: Batch) -> BatchResult:
+        """:meth:`check_fingerprints` for the fingerprints of ``batch`` the local cache
+        does not know (those it knows answer "seen"). Safe to run in a thread."""
+        if not any(batch.known):
+            return self.check_fingerprints(batch.fingerprints, batch.expires)
+        todo = [i for i, known in enumerate(batch.known) if not known]
+        if not todo:
+            return BatchResult([True] * len(batch.known))
+        sent = self.check_fingerprints(
+            [batch.fingerprints[i] for i in todo], [batch.expires[i] for i in todo]
+        )
+        seen = [True] * len(batch.known)
+        ambiguous = [False] * len(batch.known)
+        for j, i in enumerate(todo):
+            seen[i] = sent.seen[j]
+            ambiguous[i] = bool(sent.ambiguous) and sent.ambiguous[j]
+        return BatchResult(seen, ambiguous, sent.retries, sent.error)
 
     def check_fingerprints(
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
@@ -327,39 +418,51 @@ class RFPDupeFilter(BaseDupeFilter):
         return BatchResult([False] * len(fingerprints), [], retries, error)
 
     def account(
-        self, requests: Sequence[Request], result: BatchResult, spider: Spider | None = None
+        self, batch: Batch, result: BatchResult, spider: Spider | None = None
     ) -> list[Request]:
         """Count and log a batch's answers as :meth:`request_seen` would, admit its new
         requests (their request_seen answers False with no round trip), and return them."""
         stats = self.stats
-        new = []
+        requests = batch.requests
+        unchecked = result.error is not None
         if stats is not None:
             stats.inc_value("dedup/batches")
             stats.inc_value("dedup/batched", len(requests))
             if result.retries:
                 stats.inc_value("dedup/retries", result.retries)
-        unchecked = result.error is not None
+            if unchecked:
+                stats.inc_value("dedup/errors", len(requests) - sum(batch.known))
         if unchecked:
-            if stats is not None:
-                stats.inc_value("dedup/errors", len(requests))
             self.logger.warning(
                 "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
                 "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
                 {"count": len(requests), "error": result.error},
             )
+        known = self._known
         ambiguous = result.ambiguous or [False] * len(requests)
-        for request, seen, unsure in zip(requests, result.seen, ambiguous):
+        new = []
+        added = unsure = cached = 0
+        for request, fp, seen, was_known, maybe in zip(
+            requests, batch.fingerprints, result.seen, batch.known, ambiguous
+        ):
+            if known is not None and not unchecked:
+                known.add(fp)
             if seen:
-                if stats is not None:
-                    for name in self._filtered_stats:
-                        stats.inc_value(name)
+                cached += was_known
                 if spider is not None:
                     self.log(request, spider)
                 continue
-            if stats is not None and not unchecked:
-                stats.inc_value("dedup/ambiguous" if unsure else "dedup/added")
+            unsure += maybe
+            added += not maybe
             self._admitted.add(request)
             new.append(request)
+        filtered = len(requests) - len(new)
+        self._count_filtered(filtered - cached, cached)
+        if stats is not None and not unchecked:
+            if added:
+                stats.inc_value("dedup/added", added)
+            if unsure:
+                stats.inc_value("dedup/ambiguous", unsure)
         return new
 
     @staticmethod

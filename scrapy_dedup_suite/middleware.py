@@ -118,10 +118,12 @@ class BatchDedupMiddleware:
             df.backend.open()  # once, on the reactor thread (a no-op after the scheduler's open)
         from twisted.internet import reactor  # the one Scrapy installed
 
-        fps, expires = df.prepare_batch(requests)
-        deferred = deferToThreadPool(reactor, self._threads(), df.check_fingerprints, fps, expires)
+        batch = df.prepare_batch(requests)
+        if all(batch.known):  # every one known recorded by the local cache: no round trip
+            return df.account(batch, df.check_batch(batch), spider)
+        deferred = deferToThreadPool(reactor, self._threads(), df.check_batch, batch)
         result = await maybe_deferred_to_future(deferred)
-        return df.account(requests, result, spider)
+        return df.account(batch, result, spider)
 
     def _threads(self) -> ThreadPool:
         if self._pool is None:

@@ -44,6 +44,18 @@ def check_retries(retries: Any) -> int:
     return retries
 
 
+#: The largest local cache (DEDUP_LOCAL_CACHE), in fingerprints.
+MAX_LOCAL_CACHE = 100_000_000
+
+
+def check_local_cache(size: Any) -> int:
+    allowed = f"a whole number of fingerprints from 0 (off) to {MAX_LOCAL_CACHE:,}"
+    size = config.check_int("DEDUP_LOCAL_CACHE", size, minimum=0, allowed=allowed)
+    if size > MAX_LOCAL_CACHE:
+        raise DedupConfigError(f"DEDUP_LOCAL_CACHE must be {allowed}, got {size:,}")
+    return size
+
+
 @dataclass(frozen=True)
 class DupefilterOptions:
     """The dupefilter's own settings (the backend's are in the backends' options)."""
@@ -53,6 +65,7 @@ class DupefilterOptions:
     retries: int
     socket_timeout: float
     debug: bool
+    local_cache: int
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> DupefilterOptions:
@@ -76,6 +89,7 @@ class DupefilterOptions:
                 allowed="a number of seconds > 0 and <= 3600 (e.g. 5)",
             ),
             debug=settings.getbool("DUPEFILTER_DEBUG"),
+            local_cache=check_local_cache(value(settings, "DEDUP_LOCAL_CACHE")),
         )
 
 

@@ -45,7 +45,8 @@ def main() -> None:
         admitted = []
         for start in range(0, n, size):
             chunk = requests[start : start + size]
-            new = df.account(chunk, df.check_fingerprints(*df.prepare_batch(chunk)))
+            batch = df.prepare_batch(chunk)
+            new = df.account(batch, df.check_batch(batch))
             admitted += [scrapy_redis_fingerprint(r) for r in new if not df.request_seen(r)]
     else:
         admitted = [scrapy_redis_fingerprint(r) for r in requests if not df.request_seen(r)]

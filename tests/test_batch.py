@@ -1,5 +1,5 @@
 """Batches: check_and_add_many on every backend row, and the dupefilter's batch path
-(prepare_batch / check_fingerprints / account) that BatchDedupMiddleware uses."""
+(prepare_batch / check_batch / account) that BatchDedupMiddleware uses."""
 
 from __future__ import annotations
 
@@ -162,8 +162,8 @@ def make_dupefilter(backend: Any, **kw: Any) -> RFPDupeFilter:
 
 
 def batch(df: RFPDupeFilter, requests: list[Request]) -> list[Request]:
-    fps, expires = df.prepare_batch(requests)
-    return df.account(requests, df.check_fingerprints(fps, expires))
+    prepared = df.prepare_batch(requests)
+    return df.account(prepared, df.check_batch(prepared))
 
 
 def test_admitted_requests_cost_no_second_round_trip(make_backend, server, backend_name):
@@ -218,9 +218,9 @@ def test_an_unreachable_redis_raises_after_retries_with_raise(redis_server, serv
     df = make_dupefilter(backend, on_error="raise", retries=2)
     df.server = redis.Redis(port=redis_server.port + 1 if redis_server.port < 65535 else 1)
     df.backend._opened = True
-    fps, expires = df.prepare_batch([Request("http://down.test/1")])
+    prepared = df.prepare_batch([Request("http://down.test/1")])
     with pytest.raises(DedupBackendError, match="also after 2 retries"):
-        df.check_fingerprints(fps, expires)
+        df.check_batch(prepared)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r.values[0] in ("set", "hash", "bloom")])
@@ -237,3 +237,70 @@ def test_crawler_processes_batching_the_same_links_admit_each_once(redis_url, to
         scrapy_redis_fingerprint(Request(f"http://crowd.test/page/{i}")) for i in range(2000)
     }
     assert set(admitted) <= expected
+
+
+# -- the local cache (DEDUP_LOCAL_CACHE) ----------------------------------------------------
+
+
+def round_trips(client: Any) -> int:
+    """Calls made: EVALSHA, else SADD (the set backend's per-request path); the
+    SADDs a script runs count in INFO too, so not both."""
+    stats = client.info("commandstats")
+
+    def count(name: str) -> int:
+        return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+    return count("evalsha") or count("sadd")
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("row", ["set", "bloom", "bloom+scaling"])
+def test_the_local_cache_answers_repeats_with_no_round_trip(server, row):
+    df = make_dupefilter(BACKENDS[row](server), local_cache=2)
+    a, b, c = (Request(f"http://cache.test/{x}") for x in "abc")
+    assert not df.request_seen(a) and not df.request_seen(b)
+    server.config_resetstat()
+    assert df.request_seen(a) and df.request_seen(b)
+    assert round_trips(server) == 0
+    assert df.stats.get_value("dedup/cache_hits") == 2
+    assert df.stats.get_value("dupefilter/filtered") == 2
+    # Bounded: c pushes out the least recently used (a); a costs a round trip again.
+    assert not df.request_seen(c)
+    server.config_resetstat()
+    assert df.request_seen(a)
+    assert round_trips(server) == 1
+    # A batch sends only what the cache does not know; all known: nothing sent.
+    server.config_resetstat()
+    new = batch(df, [a, c, Request("http://cache.test/d")])
+    assert [r.url for r in new] == ["http://cache.test/d"]
+    assert round_trips(server) == 1
+    server.config_resetstat()
+    assert batch(df, [c, Request("http://cache.test/d")]) == []
+    assert round_trips(server) == 0
+    # clear() empties it: what was recorded is new again.
+    df.clear()
+    assert not df.request_seen(a)
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("row", ["hash", "windowed-bloom"])
+def test_the_local_cache_is_refused_where_answers_expire(server, row, caplog):
+    with caplog.at_level("WARNING"):
+        df = make_dupefilter(BACKENDS[row](server), local_cache=100)
+    assert "DEDUP_LOCAL_CACHE is ignored" in caplog.text
+    r = Request("http://cache.test/expiring")
+    df.request_seen(r)
+    server.config_resetstat()
+    assert df.request_seen(r)
+    assert round_trips(server) == 1  # asked the server, which knows about expiry
+
+
+@pytest.mark.parametrize("value", [-1, "many", 10**9, 1.5])
+def test_a_bad_local_cache_size_names_the_setting(value):
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.exceptions import DedupConfigError
+    from scrapy_dedup_suite.options import DupefilterOptions
+
+    with pytest.raises(DedupConfigError, match="DEDUP_LOCAL_CACHE must be a whole number"):
+        DupefilterOptions.from_settings(Settings({"DEDUP_LOCAL_CACHE": value}))

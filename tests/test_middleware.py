@@ -63,3 +63,18 @@ def test_downloads_go_on_while_a_batch_waits_for_redis(tmp_path, site, redis_ser
     assert events[:6] == ["paused", "item", "side-1", "side-2", "side-3", "unpaused"], events
     assert events.count("link") == site.pages - 1  # every page but page 0, once
     assert result["stats"]["dedup/batched"] >= site.pages
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("backend", ["set", "bloom"])
+def test_a_batched_crawl_with_a_local_cache_counts_the_same(
+    tmp_path, site, redis_server, redis_settings, server, backend
+):
+    settings = settings_for(redis_settings, backend, "scrapy")
+    plain = crawl(tmp_path, site, settings, "plain")
+    server.flushall()
+    cached = crawl(tmp_path, site, {**settings, **BATCHED, "DEDUP_LOCAL_CACHE": 10_000}, "cached")
+    one, many = plain["stats"], cached["stats"]
+    assert {k: one.get(k) for k in SAME} == {k: many.get(k) for k in SAME}
+    # Repeats of links this process recorded were answered without Redis.
+    assert 0 < many["dedup/cache_hits"] <= many["dupefilter/filtered"]

@@ -111,6 +111,9 @@ REPORT_FILL = "report-fill"  # Bloom filters: filter_reports()
 RESTORE_EXPIRY = "restore-expiry"  # keys that must carry an expiry: restore_expiry()
 COUNT = "count"  # an exact number of entries: count()
 BULK_TARGET = "bulk-target"  # Bloom bits a migration may OR in: bulk_target(), bulk_fill()
+#: An answer never turns from "seen" back to "new" (until clear()): what a process
+#: learns may be kept in its local cache (DEDUP_LOCAL_CACHE).
+STABLE_ANSWERS = "stable-answers"
 
 
 class DedupBackend(ABC):

@@ -28,6 +28,7 @@ from ..options import BloomOptions
 from .base import (
     BULK_TARGET,
     REPORT_FILL,
+    STABLE_ANSWERS,
     DedupBackend,
     MetaSpec,
     as_str,
@@ -245,7 +246,7 @@ class BlockedBloom(DedupBackend):
 
 class BloomBackend(BlockedBloom):
     name = "bloom"
-    capabilities = frozenset({REPORT_FILL, BULK_TARGET})
+    capabilities = frozenset({REPORT_FILL, BULK_TARGET, STABLE_ANSWERS})
 
     def __init__(
         self,

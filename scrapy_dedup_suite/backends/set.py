@@ -11,12 +11,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import scripts
-from .base import COUNT, DedupBackend, chunks
+from .base import COUNT, STABLE_ANSWERS, DedupBackend, chunks
 
 
 class SetBackend(DedupBackend):
     name = "set"
-    capabilities = frozenset({COUNT})
+    capabilities = frozenset({COUNT, STABLE_ANSWERS})
     add_script = scripts.SET_ADD
 
     def count(self) -> int:
