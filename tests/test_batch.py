@@ -304,3 +304,34 @@ def test_a_bad_local_cache_size_names_the_setting(value):
 
     with pytest.raises(DedupConfigError, match="DEDUP_LOCAL_CACHE must be a whole number"):
         DupefilterOptions.from_settings(Settings({"DEDUP_LOCAL_CACHE": value}))
+
+
+@pytest.mark.single_server
+def test_a_custom_backend_without_scripts_gets_batches_one_by_one(server):
+    from scrapy_dedup_suite.backends import DedupBackend
+
+    class MemoryBackend(DedupBackend):
+        name = "memory"
+
+        def __init__(self, server: Any, key: str) -> None:
+            super().__init__(server, key)
+            self.seen: set[str] = set()
+            self.calls = 0
+
+        def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+            self.calls += 1
+            was = fingerprint in self.seen
+            self.seen.add(fingerprint)
+            return was
+
+        def owned_keys(self) -> list[str]:
+            return []
+
+    backend = MemoryBackend(server, "t:memory")
+    a, b = fingerprints(2, "custom")
+    assert backend.check_and_add_many([a, b, a]) == [False, False, True]
+    assert backend.calls == 3
+    df = make_dupefilter(backend)
+    assert [r.url for r in batch(df, [Request("http://c.test/1"), Request("http://c.test/1")])] == [
+        "http://c.test/1"
+    ]

@@ -458,6 +458,9 @@ class DedupBackend(ABC):
         is atomic; one repeated in the batch is new once, then seen. ``expires``:
         one expiry (seconds) or None per fingerprint.
         """
+        if self.add_script is None:  # a backend of its own without scripts: one by one
+            each = expires if expires is not None else (None,) * len(fingerprints)
+            return [self.check_and_add(fp, expire) for fp, expire in zip(fingerprints, each)]
         answers = self.add_answers(fingerprints, expires)
         for answer in answers:
             if answer < 0:
