@@ -15,7 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.cluster import ClusterPipeline
+from redis.exceptions import AskError, NoScriptError, TryAgainError
 
 #: Fragments prepended to scripts that hash fingerprints to bit offsets.
 _SHARED = ("positions", "stamp")
@@ -94,6 +95,17 @@ EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 MERGE_OR = LuaScript("merge_or", shared=("stamp",))
 
 
+def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:
+    """A cluster pipeline's answers, with its redirections and broken connections left
+    as errors (``allow_redirections=False``) rather than re-sent one by one."""
+    strategy = getattr(pipe, "_execution_strategy", None)  # redis-py >= 6
+    stack = strategy.command_queue if strategy is not None else pipe.command_stack
+    try:
+        return pipe.send_cluster_commands(stack, raise_on_error=False, allow_redirections=False)
+    finally:
+        pipe.reset()
+
+
 def run_many(
     client: Any,
     script: LuaScript,
@@ -103,9 +115,12 @@ def run_many(
     """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline (on
     a cluster: sent to every master at once, then read).
 
-    A call the server did not run because it did not know the script (NOSCRIPT)
-    is run again, alone with the others refused, after ``on_noscript`` (default:
-    load the script); the calls that did run are never run twice. Any other
+    No call is ever sent twice if it may have run: a call refused with NOSCRIPT is
+    run again after ``on_noscript`` (default: load the script), one redirected
+    (MOVED, ASK, TRYAGAIN: a cluster resharding) is sent again to where it now
+    belongs, and nothing else is retried: redis-py's cluster pipeline would re-send a
+    call whose connection broke, which may have run (an add answered "seen" by its
+    own first write), so its redirections are handled here instead. Any other
     failure is raised.
     """
     results: list[Any] = [None] * len(calls)
@@ -115,11 +130,17 @@ def run_many(
         for i in todo:
             keys, args = calls[i]
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        answers = pipe.execute(raise_on_error=False)
+        if isinstance(pipe, ClusterPipeline):
+            answers = _send_without_resending(pipe)
+        else:
+            answers = pipe.execute(raise_on_error=False)
         refused = []
         for i, answer in zip(todo, answers):
             if isinstance(answer, NoScriptError):
                 refused.append(i)
+            elif isinstance(answer, (AskError, TryAgainError)):  # not run: MOVED, ASK, TRYAGAIN
+                keys, args = calls[i]
+                results[i] = client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             elif isinstance(answer, Exception):
                 raise answer
             else:

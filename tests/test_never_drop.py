@@ -118,6 +118,33 @@ def test_a_client_kill_storm_never_reports_a_new_request_seen(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("on_error", ["allow", "raise"])
+@pytest.mark.parametrize("row", ROWS)
+def test_a_client_kill_storm_never_reports_a_new_request_seen_in_batches(
+    redis_settings, server, row, on_error
+):
+    """The same storm against the batch path (BatchDedupMiddleware's), 40 batches of 50."""
+    df = dupefilter(redis_settings, row, DEDUP_ON_ERROR=on_error, DEDUP_ERROR_RETRIES=5)
+    requests = [Request(f"http://storm.test/{row}/batch/{i}") for i in range(2000)]
+    admitted = raised = 0
+    with Storm(server) as storm:
+        for start in range(0, len(requests), 50):
+            batch = df.prepare_batch(requests[start : start + 50])
+            try:
+                admitted += len(df.account(batch, df.check_batch(batch)))
+            except DedupBackendError:
+                raised += 50
+    assert storm.kills > 0
+    assert admitted + raised == len(requests)  # none reported seen
+    stats = df.stats
+    errors = stats.get_value("dedup/errors", 0)
+    assert on_error == "allow" or errors == 0
+    added, ambiguous = stats.get_value("dedup/added", 0), stats.get_value("dedup/ambiguous", 0)
+    assert added + ambiguous + errors + raised == len(requests)
+    assert "dedup/filtered" not in stats.get_stats()
+
+
+@pytest.mark.slow
 @pytest.mark.single_server
 @pytest.mark.parametrize("row", ROWS)
 def test_a_server_pausing_past_the_socket_timeout_never_reports_a_new_request_seen(row):
