@@ -57,6 +57,7 @@ def test_request_seen_bench_runs(redis_server):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
-    assert rows == ["scrapy-redis", "set", "hash", "bloom", "windowed-bloom"]
+    rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
+    ours = ["set", "hash", "bloom", "windowed-bloom"]
+    assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
     assert "(1.00x)" in proc.stdout
