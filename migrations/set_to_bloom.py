@@ -6,8 +6,9 @@ How it runs (:meth:`SetToBloom.run`):
    target holds no key of another type and, if it exists, was built with the
    same parameters; the source fits the target's capacity (else refused, unless
    ``force``, with the false-positive rate it would reach).
-2. Rounds: SSCAN reads up to ``round_size`` members (a reader thread keeps the
-   socket busy while the main thread computes), numpy computes their bit
+2. Rounds, written by one of the writers of ``writers.py`` (the mode, recorded
+   for --resume): SSCAN reads up to ``round_size`` members (a reader thread keeps
+   the socket busy while the main thread computes); in bulk, numpy computes their bit
    offsets exactly as the Lua scripts do (scheme ``dh48-v1``, checked by the
    tests on many fingerprints) and sets them in a local bitmap per block. The
    bitmap is uploaded to a temporary key in the block's cluster slot and merged
@@ -26,25 +27,33 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
-from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, chunks, migration_state_key
-from scrapy_dedup_suite.backends.bloom import block_prefix
-from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
+from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
 
-logger = logging.getLogger(__name__)
+from .report import Plan, Progress, Report
+from .writers import WRITERS, BitsWriter, Writer, positions
 
-#: Bytes per SETRANGE when uploading a round's bitmap (each call stays short).
-UPLOAD_CHUNK = 4 << 20
+__all__ = [
+    "MigrationError",
+    "Plan",
+    "Progress",
+    "Report",
+    "SetToBloom",
+    "SourceError",
+    "TargetError",
+    "VerificationError",
+    "positions",
+]
+
+logger = logging.getLogger(__name__)
 
 
 class MigrationError(DedupError):
@@ -66,148 +75,6 @@ class VerificationError(MigrationError):
 
 
 Target = Union[BloomBackend, WindowedBloomBackend]
-
-
-@dataclass
-class Plan:
-    source: str
-    target: str
-    backend: str
-    members: int
-    source_memory: int
-    capacity: int
-    error_rate: float
-    bits: int
-    hashes: int
-    blocks: int
-    target_memory: int
-    target_exists: bool
-    items_already: float
-    resulting_error_rate: float
-    new_members: int = 0  # members not in the target yet (estimated from a sample)
-    bucket: str = ""
-    layers: int = 0  # a scalable target: the most layers it may have (0: a fixed filter)
-
-    def describe(self) -> str:
-        where = f" (current bucket {self.bucket})" if self.bucket else ""
-        existing = (
-            f"exists, holds about {self.items_already:,.0f} fingerprints"
-            if self.target_exists
-            else "will be created"
-        )
-        return "\n".join(
-            [
-                f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
-                f"about {_mb(self.source_memory)} of Redis memory",
-                f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
-                f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
-                f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "
-                f"{_mb(self.target_memory)}",
-                f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
-                f"false-positive rate about {self.resulting_error_rate:.3g}",
-                self._how(),
-            ]
-        )
-
-    def _how(self) -> str:
-        if self.layers:
-            return (
-                f"writes  through the filter's own script, pipelined: layers are counted and "
-                f"added as for a crawler (up to {self.layers}; the capacity above is theirs "
-                "together, the first layer's figures are shown)"
-            )
-        return (
-            f"merges  one BITOP OR over {_mb(self.target_memory / self.blocks)} per block "
-            "and round: Redis pauses that long (about 1.3 ms per MiB on a 2-core host)"
-        )
-
-
-@dataclass
-class Report:
-    plan: Plan
-    migrated: int = 0
-    skipped: list[str] = field(default_factory=list)
-    rounds: int = 0
-    resumed: bool = False
-    seconds: float = 0.0
-    verified: int = 0
-    verify_mode: str = "sample"
-    source_deleted: bool = False
-    source_removed: int = 0
-    source_kept: int = 0
-    memory_freed: int = 0
-
-    @property
-    def rate(self) -> float:
-        return self.migrated / self.seconds if self.seconds else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["rate"] = self.rate
-        return out
-
-    def _source_fate(self) -> str:
-        if self.source_deleted:
-            return f"deleted, {_mb(self.memory_freed)} freed"
-        if self.source_removed:
-            return (
-                f"{self.source_removed:,} migrated members removed, {_mb(self.memory_freed)} "
-                f"freed; {self.source_kept:,} kept (not migrated: skipped, or added by "
-                "crawlers during the migration; run it again to move them)"
-            )
-        return f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
-
-    def summary(self) -> str:
-        lines = [
-            f"migrated {self.migrated:,} fingerprints from {self.plan.source!r} to "
-            f"{self.plan.target!r} in {self.seconds:.1f} s ({self.rate:,.0f}/s, "
-            f"{self.rounds} round(s){', resumed' if self.resumed else ''})",
-            f"verified {self.verified:,} source members ({self.verify_mode}): all found",
-            f"target memory {_mb(self.plan.target_memory)}; source " + self._source_fate(),
-        ]
-        if self.skipped:
-            lines.append(
-                f"skipped {len(self.skipped)} member(s) that are not hex fingerprints the Bloom "
-                f"backends can hash, e.g. {self.skipped[:3]!r}"
-            )
-        return "\n".join(lines)
-
-
-def _mb(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
-
-
-class Progress:
-    """A progress bar on a terminal, a log line every few seconds elsewhere."""
-
-    def __init__(self, stream: Any = None, every: float = 5.0) -> None:
-        self.total = 1
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.every = every
-        self.started = time.monotonic()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int, final: bool = False) -> None:
-        self.total = max(total, 1)
-        now = time.monotonic()
-        if not final and now - self.last < (0.2 if self.tty else self.every):
-            return
-        self.last = now
-        elapsed = max(now - self.started, 1e-9)
-        rate = done / elapsed
-        eta = (self.total - done) / rate if rate > 0 else 0
-        pct = min(done / self.total, 1.0)
-        text = (
-            f"{done:,}/{self.total:,} ({pct:.1%}) {rate:,.0f} fingerprints/s, "
-            f"ETA {time.strftime('%H:%M:%S', time.gmtime(max(eta, 0)))}"
-        )
-        if self.tty:
-            bar = "#" * int(pct * 30)
-            self.stream.write(f"\r[{bar:<30}] {text}" + ("\n" if final else ""))
-            self.stream.flush()
-        else:
-            logger.info("migrate-set-to-bloom: %s", text)
 
 
 class SetToBloom:
@@ -242,9 +109,14 @@ class SetToBloom:
         self.sample = sample
         self.progress = progress
         self.state_key = migration_state_key(target.key)
-        # A scalable target that this migration creates is written by the bulk path
-        # into its first layer (sized for the set); an existing one through its script.
-        self.bulk_layered = False
+        # How the members are written (writers.py): a fixed filter's bits in bulk; a
+        # scalable one through its script, unless this migration creates it (then in
+        # bulk into a first layer sized for the set: see _size_first_layer).
+        self.mode = self._default_mode()
+        self.writer: Writer | None = None
+
+    def _default_mode(self) -> str:
+        return "bulk" if self.target.scaling is None else "script"
 
     @property
     def params(self) -> BloomParams:
@@ -309,7 +181,7 @@ class SetToBloom:
             new_members=new_members,
             bucket=bucket,
             # Written through the script (an existing scalable target): layers may grow.
-            layers=0 if self.bulk_layered else len(self.target.layers),
+            layers=len(self.target.layers) if self.mode == "script" else 0,
         )
         return plan
 
@@ -321,7 +193,7 @@ class SetToBloom:
         scaling = self.target.scaling
         if scaling is None:
             return
-        self.bulk_layered = True
+        self.mode = "bulk-layered"
         blocks = self.params.blocks
         per_block = members / blocks
         needed = math.ceil(members + blocks * (6 * math.sqrt(per_block) + 1)) if members else 0
@@ -369,7 +241,8 @@ class SetToBloom:
                 cursor = int(state.get("cursor", 0))
                 run_id = state.get("run", run_id)
                 planned_first = int(state.get("capacity", 0) or 0)
-                self.bulk_layered = state.get("mode") == "bulk-layered"
+                resumed = state.get("mode")
+                self.mode = "bulk-layered" if resumed == "bulk-layered" else self._default_mode()
                 report.migrated = int(state.get("migrated", 0))
                 report.resumed = cursor != 0
             elif state:
@@ -379,7 +252,7 @@ class SetToBloom:
                 )
         planned = planned_first or self.target.params.capacity
         self.target.open()  # creates the parameter record and allocates bitmaps
-        if self.bulk_layered and self.target.params.capacity != planned:
+        if self.mode == "bulk-layered" and self.target.params.capacity != planned:
             # A crawler created the scalable filter between the plan and now (or
             # recreated it before --resume): its first layer cannot take the whole
             # set. Write through the filter's script instead, which adds layers.
@@ -391,17 +264,16 @@ class SetToBloom:
                 f"{self.target.params.capacity:,}",
                 f"{planned:,}",
             )
-            self.bulk_layered = False
-        self._delete_temporaries()
-        mode = "bulk-layered" if self.bulk_layered else "bulk"
-        if self.target.scaling is not None and not self.bulk_layered:
-            mode = "script"
+            self.mode = "script"
+        # Leftovers of an interrupted bulk run: a round is uploaded whole.
+        BitsWriter.delete_temporaries(self.target)
+        writer = self.writer = WRITERS[self.mode](self)
         self.server.hset(
             self.state_key,
             mapping={
                 "source": self.source,
                 "cursor": cursor,
-                "mode": mode,
+                "mode": self.mode,
                 "run": run_id,
                 "capacity": planned,
             },
@@ -411,14 +283,7 @@ class SetToBloom:
         first = True
         while first or cursor != 0:
             first = False
-            if mode == "script":
-                # Through the backend's own script: layers count and grow exactly as
-                # they do for a crawler.
-                cursor, read = self._round_layered(cursor, report)
-            else:
-                token = f"{run_id}:{cursor}"
-                cursor, read, maps, counts = self._round(cursor, report)
-                self._merge(maps, counts if mode == "bulk-layered" else None, token)
+            cursor, read = writer.round(cursor, report, f"{run_id}:{cursor}")
             report.rounds += 1
             report.migrated += read
             self.server.hset(
@@ -438,7 +303,7 @@ class SetToBloom:
         while the migration ran, which it did not read, stay in the set; when none
         is left the set is gone (Redis deletes an empty set)."""
         before = int(self.server.memory_usage(self.source) or 0)
-        for _, batch in self._scan(0):
+        for _, batch in self.scan(0):
             members = [as_str(m) for m in batch]
             good = [m for m in members if is_hex_fingerprint(m)]
             found = self.target.contains_many(good)
@@ -449,7 +314,7 @@ class SetToBloom:
         report.source_deleted = report.source_kept == 0
         report.memory_freed = before - int(self.server.memory_usage(self.source) or 0)
 
-    def _scan(self, cursor: int, limit: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
+    def scan(self, cursor: int, limit: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
         """SSCAN batches from ``cursor`` until the end or ``limit`` members, read
         ahead by a thread (the socket waits release the GIL) while we compute."""
         batches: queue.Queue[Any] = queue.Queue(maxsize=8)
@@ -491,90 +356,12 @@ class SetToBloom:
             stop.set()
             thread.join()
 
-    def _round(
-        self, cursor: int, report: Report
-    ) -> tuple[int, int, dict[int, Any], dict[int, int]]:
-        """Read up to ``round_size`` members from ``cursor`` into local bitmaps.
-
-        Each SSCAN batch is hashed as it arrives while the reader thread
-        fetches the next one. Returns (next cursor, members read, bitmaps).
-        """
-        import numpy as np
-
-        p = self.params
-        maps: dict[int, Any] = {}
-        counts: dict[int, int] = {}
-        read = 0
-        for next_cursor, batch in self._scan(cursor, self.round_size):
-            cursor = next_cursor
-            read += len(batch)
-            for block, offsets in positions(batch, p, report.skipped):
-                counts[block] = counts.get(block, 0) + offsets.shape[0]
-                bitmap = maps.get(block)
-                if bitmap is None:
-                    bitmap = maps[block] = np.zeros((p.block_bits + 7) // 8, np.uint8)
-                flat = offsets.ravel()
-                masks = np.uint8(0x80) >> (flat & np.uint64(7)).astype(np.uint8)
-                np.bitwise_or.at(bitmap, flat >> np.uint64(3), masks)
-            if self.progress is not None:
-                self.progress(report.migrated + read, report.plan.members)
-        return cursor, read, maps, counts
-
-    def _round_layered(self, cursor: int, report: Report) -> tuple[int, int]:
-        """Read up to ``round_size`` members from ``cursor`` and add them with the
-        scalable filter's script, pipelined. Returns (next cursor, members read)."""
-        read = 0
-        for next_cursor, batch in self._scan(cursor, self.round_size):
-            cursor = next_cursor
-            read += len(batch)
-            members = [as_str(m) for m in batch]
-            good = [m for m in members if is_hex_fingerprint(m)]
-            report.skipped += [m for m in members if not is_hex_fingerprint(m)]
-            self.target.add_many(good)
-            if self.progress is not None:
-                self.progress(report.migrated + read, report.plan.members)
-        return cursor, read
-
-    def _tmp_key(self, block: int) -> str:
-        # In the block's hash tag: the merge is one call on one cluster slot.
-        return f"{block_prefix(self.target.key, block)}:migrating"
-
-    def _delete_temporaries(self) -> None:
-        for block in range(self.params.blocks):
-            scripts.DELETE_IF_TYPE(self.server, [self._tmp_key(block)], ["string"])
-
-    def _merge(
-        self, maps: dict[int, Any], counts: dict[int, int] | None = None, token: str = ""
-    ) -> None:
-        """OR each block's bitmap into the target; ``counts``: members per block to add
-        to the count of a scalable target's first layer, in the same call, once per
-        ``token`` (the round): a round merged again after a resume adds no count."""
-        for block, bitmap in maps.items():
-            key, ttl = self.target.bulk_target(block)
-            tmp = self._tmp_key(block)
-            data = bitmap.tobytes()
-            # Allocate the temporary string at full size first: no piecemeal growth.
-            pipe = self.server.pipeline(transaction=False)
-            pipe.setrange(tmp, len(data) - 1, b"\0")
-            for offset in range(0, len(data), UPLOAD_CHUNK):
-                chunk = data[offset : offset + UPLOAD_CHUNK]
-                if chunk.count(0) != len(chunk):
-                    pipe.setrange(tmp, offset, chunk)
-            pipe.execute()
-            keys = [self.target.block_stamp(block), key, tmp]
-            args = [self.target.stamp, self.params.block_bits, ttl]
-            if counts is not None:
-                keys.append(f"{key}:layers")
-                args += [counts.get(block, 0), token]
-            scripts.MERGE_OR(self.server, keys, args)
-
     # -- verification -------------------------------------------------------------------
 
     def _verify(self, report: Report) -> None:
-        if self.verify_mode == "all" and self.target.scaling is not None and not self.bulk_layered:
-            missing, checked = self._verify_all_by_script(report)
-        elif self.verify_mode == "all":
-            missing, checked = self._verify_all(report)
+        if self.verify_mode == "all":
+            assert self.writer is not None
+            missing, checked = self.writer.verify_all(report)
         else:
             sample = [
                 as_str(m)
@@ -591,107 +378,3 @@ class SetToBloom:
                 f"Verification failed: {len(missing):,} of {checked:,} source fingerprints are not "
                 f"in the target, e.g. {missing[:3]!r}. The source was left as it is."
             )
-
-    def _verify_all_by_script(self, report: Report) -> tuple[list[str], int]:
-        """Every member checked with the target's own membership script."""
-        missing: list[str] = []
-        checked = 0
-        for _, batch in self._scan(0):
-            members = [m for m in (as_str(x) for x in batch) if is_hex_fingerprint(m)]
-            found = self.target.contains_many(members)
-            missing += [m for m, ok in zip(members, found) if not ok]
-            checked += len(members)
-        return missing, checked
-
-    def _verify_all(self, report: Report) -> tuple[list[str], int]:
-        """Every member checked against the target's bits, read back from Redis."""
-        import numpy as np
-
-        p = self.params
-        stored = {}
-        for block in range(p.blocks):
-            key, _ = self.target.bulk_target(block)
-            size = (p.block_bits + 7) // 8
-            data = bytearray()
-            for offset in range(0, size, UPLOAD_CHUNK):
-                data += self.server.getrange(key, offset, min(size, offset + UPLOAD_CHUNK) - 1)
-            stored[block] = np.frombuffer(bytes(data.ljust(size, b"\0")), np.uint8)
-        missing: list[str] = []
-        checked = 0
-        for _, members in self._scan(0):
-            skipped: list[str] = []
-            for block, offsets, chosen in positions(members, p, skipped, with_members=True):
-                bits = stored[block][offsets >> np.uint64(3)] & (
-                    np.uint8(0x80) >> (offsets & np.uint64(7)).astype(np.uint8)
-                )
-                bad = ~(bits != 0).all(axis=1)
-                missing += [as_str(m) for m, b in zip(chosen, bad) if b]
-                checked += len(chosen)
-        return missing, checked
-
-
-def positions(
-    members: list[bytes], params: BloomParams, skipped: list[str], with_members: bool = False
-) -> Iterator[Any]:
-    """Vectorised ``BloomParams.positions``: yields (block, offsets[n, k]) per block.
-
-    Members that are not hex digests of >= 16 bytes are appended to ``skipped``.
-    The arithmetic is the scheme's, in uint64 (all values < 2^53).
-    """
-    import numpy as np
-
-    if members and not isinstance(members[0], bytes):  # a client with decode_responses
-        members = [m.encode() for m in members]
-    lengths = set(map(len, members))
-    by_length: dict[int, list[bytes]] = {}
-    if len(lengths) == 1:
-        by_length[lengths.pop()] = members
-    else:
-        for m in members:
-            by_length.setdefault(len(m), []).append(m)
-    m_bits = np.uint64(params.block_bits)
-    steps = np.arange(params.hashes, dtype=np.uint64)
-    prime = params.scheme == SCHEME_PRIME  # layers of scalable filters
-    for length, group in by_length.items():
-        try:
-            if length < 32 or length % 2:
-                raise ValueError("not an even number of hex digits")
-            # bytes.fromhex checks every character of every member at once.
-            digest = np.frombuffer(bytes.fromhex(b"".join(group).decode("ascii")), np.uint8)
-            digest = digest.reshape(len(group), length // 2)[:, :16]
-        except (ValueError, UnicodeDecodeError):
-            # Slow path: an odd length, or some member is not hex. The offsets
-            # depend on the first 32 digits only.
-            good = [g for g in group if is_hex_fingerprint(as_str(g))]
-            skipped += [as_str(g) for g in group if not is_hex_fingerprint(as_str(g))]
-            group = good
-            if not group:
-                continue
-            digest = np.frombuffer(
-                bytes.fromhex(b"".join(g[:32] for g in group).decode()), np.uint8
-            )
-            digest = digest.reshape(len(group), 16)
-        h1 = _big_endian(digest, 0, 6)
-        h2 = _big_endian(digest, 6, 12)
-        step = np.uint64(1) + h2 % (m_bits - np.uint64(1)) if prime else h2 % m_bits
-        offsets = (h1 % m_bits)[:, None] + step[:, None] * steps
-        offsets %= m_bits
-        if params.blocks == 1:
-            yield (0, offsets, group) if with_members else (0, offsets)
-            continue
-        block = _big_endian(digest, 12, 16) % np.uint64(params.blocks)
-        for b in np.unique(block):
-            sel = block == b
-            if with_members:
-                yield int(b), offsets[sel], [g for g, s in zip(group, sel) if s]
-            else:
-                yield int(b), offsets[sel]
-
-
-def _big_endian(digest: Any, start: int, stop: int) -> Any:
-    import numpy as np
-
-    out = np.zeros(digest.shape[0], np.uint64)
-    for col in range(start, stop):
-        out = (out << np.uint64(8)) | digest[:, col].astype(np.uint64)
-    return out

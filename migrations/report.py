@@ -1,0 +1,153 @@
+"""What a migration plans and reports, and its progress bar."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+logger = logging.getLogger("scrapy_dedup_suite.migrations.set_to_bloom")
+
+
+@dataclass
+class Plan:
+    source: str
+    target: str
+    backend: str
+    members: int
+    source_memory: int
+    capacity: int
+    error_rate: float
+    bits: int
+    hashes: int
+    blocks: int
+    target_memory: int
+    target_exists: bool
+    items_already: float
+    resulting_error_rate: float
+    new_members: int = 0  # members not in the target yet (estimated from a sample)
+    bucket: str = ""
+    layers: int = 0  # a scalable target: the most layers it may have (0: a fixed filter)
+
+    def describe(self) -> str:
+        where = f" (current bucket {self.bucket})" if self.bucket else ""
+        existing = (
+            f"exists, holds about {self.items_already:,.0f} fingerprints"
+            if self.target_exists
+            else "will be created"
+        )
+        return "\n".join(
+            [
+                f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
+                f"about {_mb(self.source_memory)} of Redis memory",
+                f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
+                f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
+                f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "
+                f"{_mb(self.target_memory)}",
+                f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
+                f"false-positive rate about {self.resulting_error_rate:.3g}",
+                self._how(),
+            ]
+        )
+
+    def _how(self) -> str:
+        if self.layers:
+            return (
+                f"writes  through the filter's own script, pipelined: layers are counted and "
+                f"added as for a crawler (up to {self.layers}; the capacity above is theirs "
+                "together, the first layer's figures are shown)"
+            )
+        return (
+            f"merges  one BITOP OR over {_mb(self.target_memory / self.blocks)} per block "
+            "and round: Redis pauses that long (about 1.3 ms per MiB on a 2-core host)"
+        )
+
+
+@dataclass
+class Report:
+    plan: Plan
+    migrated: int = 0
+    skipped: list[str] = field(default_factory=list)
+    rounds: int = 0
+    resumed: bool = False
+    seconds: float = 0.0
+    verified: int = 0
+    verify_mode: str = "sample"
+    source_deleted: bool = False
+    source_removed: int = 0
+    source_kept: int = 0
+    memory_freed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.migrated / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rate"] = self.rate
+        return out
+
+    def _source_fate(self) -> str:
+        if self.source_deleted:
+            return f"deleted, {_mb(self.memory_freed)} freed"
+        if self.source_removed:
+            return (
+                f"{self.source_removed:,} migrated members removed, {_mb(self.memory_freed)} "
+                f"freed; {self.source_kept:,} kept (not migrated: skipped, or added by "
+                "crawlers during the migration; run it again to move them)"
+            )
+        return f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
+
+    def summary(self) -> str:
+        lines = [
+            f"migrated {self.migrated:,} fingerprints from {self.plan.source!r} to "
+            f"{self.plan.target!r} in {self.seconds:.1f} s ({self.rate:,.0f}/s, "
+            f"{self.rounds} round(s){', resumed' if self.resumed else ''})",
+            f"verified {self.verified:,} source members ({self.verify_mode}): all found",
+            f"target memory {_mb(self.plan.target_memory)}; source " + self._source_fate(),
+        ]
+        if self.skipped:
+            lines.append(
+                f"skipped {len(self.skipped)} member(s) that are not hex fingerprints the Bloom "
+                f"backends can hash, e.g. {self.skipped[:3]!r}"
+            )
+        return "\n".join(lines)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+class Progress:
+    """A progress bar on a terminal, a log line every few seconds elsewhere."""
+
+    def __init__(self, stream: Any = None, every: float = 5.0) -> None:
+        self.total = 1
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int, final: bool = False) -> None:
+        self.total = max(total, 1)
+        now = time.monotonic()
+        if not final and now - self.last < (0.2 if self.tty else self.every):
+            return
+        self.last = now
+        elapsed = max(now - self.started, 1e-9)
+        rate = done / elapsed
+        eta = (self.total - done) / rate if rate > 0 else 0
+        pct = min(done / self.total, 1.0)
+        text = (
+            f"{done:,}/{self.total:,} ({pct:.1%}) {rate:,.0f} fingerprints/s, "
+            f"ETA {time.strftime('%H:%M:%S', time.gmtime(max(eta, 0)))}"
+        )
+        if self.tty:
+            bar = "#" * int(pct * 30)
+            self.stream.write(f"\r[{bar:<30}] {text}" + ("\n" if final else ""))
+            self.stream.flush()
+        else:
+            logger.info("migrate-set-to-bloom: %s", text)
