@@ -22,8 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from .config import check_capacity, check_error_rate, check_float, check_int
-from .exceptions import DedupConfigError, InvalidFingerprintError
+from .exceptions import InvalidFingerprintError
 
 SCHEME = "dh48-v1"
 
@@ -44,6 +43,39 @@ MAX_BLOCKS = 4096
 
 #: Fewest hex characters a fingerprint must have (16 bytes).
 MIN_FINGERPRINT_HEX = 32
+
+
+class SizingError(ValueError):
+    """Parameters no Bloom filter here can have. The message names them in braces
+    (``{capacity}``, ``{error_rate}``, ``{blocks}``, ``{bit}``, ``{hashes}``,
+    ``{expansion}``, ``{tightening}``, ``{max_layers}``): ``str()`` gives plain words,
+    :meth:`named` the names the caller knows them by (settings, options)."""
+
+    PLAIN: dict[str, str] = {
+        "capacity": "capacity",
+        "error_rate": "error rate",
+        "blocks": "blocks",
+        "bit": "bit exponent",
+        "hashes": "hashes",
+        "expansion": "expansion",
+        "tightening": "tightening",
+        "max_layers": "max layers",
+    }
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(self.named(self.PLAIN))
+
+    def named(self, names: dict[str, str]) -> str:
+        return self.template.format_map({**self.PLAIN, **names})
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rate(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
 
 
 def optimal_bits(capacity: int, error_rate: float) -> int:
@@ -107,24 +139,25 @@ class BloomParams:
     scheme: str = SCHEME
 
     @classmethod
-    def from_capacity(
-        cls,
-        capacity: int,
-        error_rate: float,
-        blocks: int = 0,
-        *,
-        capacity_name: str = "DEDUP_BLOOM_CAPACITY",
-        error_rate_name: str = "DEDUP_BLOOM_ERROR_RATE",
-        blocks_name: str = "DEDUP_BLOOM_BLOCKS",
-    ) -> BloomParams:
-        capacity = check_capacity(capacity_name, capacity)
-        error_rate = check_error_rate(error_rate_name, error_rate)
-        blocks = check_int(
-            blocks_name, blocks, minimum=0, allowed="0 (automatic) or a number of blocks >= 1"
-        )
+    def from_capacity(cls, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
+        """The smallest filter for ``capacity`` fingerprints at ``error_rate``, in
+        ``blocks`` blocks (0: as few as fit). Raises :class:`SizingError`."""
+        if not _whole(capacity) or capacity < 1:
+            raise SizingError(
+                f"{{capacity}} must be a whole number of fingerprints >= 1, got {capacity!r}"
+            )
+        if not _rate(error_rate):
+            raise SizingError(
+                "{error_rate} must be a false-positive rate strictly between 0 and 1 "
+                f"(e.g. 0.001), got {error_rate!r}"
+            )
+        if not _whole(blocks) or blocks < 0:
+            raise SizingError(
+                f"{{blocks}} must be 0 (automatic) or a number of blocks >= 1, got {blocks!r}"
+            )
         if blocks > MAX_BLOCKS:
-            raise DedupConfigError(
-                f"{blocks_name}={blocks:,} is more than the {MAX_BLOCKS:,} blocks a filter may "
+            raise SizingError(
+                f"{{blocks}}={blocks:,} is more than the {MAX_BLOCKS:,} blocks a filter may "
                 f"have (each is a key allocated at open); use {MAX_BLOCKS:,} or fewer"
             )
         total = optimal_bits(capacity, error_rate)
@@ -132,18 +165,18 @@ class BloomParams:
         needed = max(1, math.ceil(total / MAX_BLOCK_BITS))
         if needed > MAX_BLOCKS:
             largest = int(MAX_BLOCKS * MAX_BLOCK_BITS * math.log(2) ** 2 / -math.log(error_rate))
-            raise DedupConfigError(
-                f"{capacity_name}={capacity:,} at {error_rate_name}={error_rate} needs "
+            raise SizingError(
+                f"{{capacity}}={capacity:,} at {{error_rate}}={error_rate} needs "
                 f"{total / 8 / 2**40:,.1f} TiB of bits in {needed:,} blocks; the largest filter "
                 f"is {MAX_BLOCKS:,} blocks of 512 MB (2 TiB), about {largest:,} fingerprints at "
-                f"this error rate. Lower {capacity_name}, or use windowed-bloom or a scalable "
+                "this error rate. Lower {capacity}, or use windowed-bloom or a scalable "
                 "filter, which grow as needed"
             )
         if blocks == 0:
             blocks = needed
         elif blocks < needed:
-            raise DedupConfigError(
-                f"{blocks_name}={blocks} is too few: a filter for {capacity:,} fingerprints at "
+            raise SizingError(
+                f"{{blocks}}={blocks} is too few: a filter for {capacity:,} fingerprints at "
                 f"error rate {error_rate} needs {total:,} bits, and one block (Redis string) holds "
                 f"at most {MAX_BLOCK_BITS:,}; use {needed} or more, or 0 for automatic"
             )
@@ -154,19 +187,17 @@ class BloomParams:
     def from_bit_exponent(cls, bit: int, hashes: int, error_rate: float) -> BloomParams:
         """scrapy-redis-bloomfilter's ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER``:
         one filter of 2^bit bits and k hashes (split into blocks above 2^32 bits)."""
-        bit = check_int(
-            "BLOOMFILTER_BIT", bit, minimum=3, allowed="a whole number from 3 to 40 (m = 2^BIT)"
-        )
-        if bit > 40:
-            raise DedupConfigError(
-                f"BLOOMFILTER_BIT must be a whole number from 3 to 40, got {bit}"
+        if not _whole(bit) or not 3 <= bit <= 40:
+            raise SizingError(
+                f"{{bit}} must be a whole number from 3 to 40 (m = 2^bit), got {bit!r}"
             )
-        hashes = check_int(
-            "BLOOMFILTER_HASH_NUMBER", hashes, minimum=1, allowed="a whole number from 1 to 64"
-        )
-        if hashes > 64:  # each is a GETBIT per request; past this the math underflows too
-            raise DedupConfigError(
-                f"BLOOMFILTER_HASH_NUMBER must be a whole number from 1 to 64, got {hashes:,}"
+        if not _whole(hashes) or not 1 <= hashes <= 64:
+            # Each is a GETBIT per request; past 64 the math underflows too.
+            raise SizingError(f"{{hashes}} must be a whole number from 1 to 64, got {hashes!r}")
+        if not _rate(error_rate):
+            raise SizingError(
+                "{error_rate} must be a false-positive rate strictly between 0 and 1, "
+                f"got {error_rate!r}"
             )
         total = 2**bit
         blocks = max(1, total // MAX_BLOCK_BITS)
@@ -248,31 +279,28 @@ class Scaling:
     max_layers: int = 16
 
     def __post_init__(self) -> None:
-        # Checked and converted here, so values given as strings (-s NAME=VALUE) work.
-        checked = {
-            "expansion": check_int(
-                "DEDUP_BLOOM_EXPANSION",
-                self.expansion,
-                minimum=1,
-                allowed="a whole factor >= 1 (2 doubles each new layer)",
-            ),
-            "tightening": check_float(
-                "DEDUP_BLOOM_TIGHTENING",
-                self.tightening,
-                low=0.0,
-                high=1.0,
-                low_open=True,
-                high_open=True,
-                allowed="a ratio strictly between 0 and 1 (e.g. 0.5)",
-            ),
-            "max_layers": check_int("DEDUP_BLOOM_MAX_LAYERS", self.max_layers, minimum=1),
-        }
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
+        if not _whole(self.expansion) or self.expansion < 1:
+            raise SizingError(
+                "{expansion} must be a whole factor >= 1 (2 doubles each new layer), "
+                f"got {self.expansion!r}"
+            )
+        if not _rate(self.tightening):
+            raise SizingError(
+                "{tightening} must be a ratio strictly between 0 and 1 (e.g. 0.5), "
+                f"got {self.tightening!r}"
+            )
+        if not _whole(self.max_layers) or self.max_layers < 1:
+            raise SizingError(
+                f"{{max_layers}} must be a whole number >= 1, got {self.max_layers!r}"
+            )
 
     def first_layer(self, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
         """Layer 0, whose error rate leaves room for every layer after it."""
-        error_rate = check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate)
+        if not _rate(error_rate):
+            raise SizingError(
+                "{error_rate} must be a false-positive rate strictly between 0 and 1 "
+                f"(e.g. 0.001), got {error_rate!r}"
+            )
         fixed = BloomParams.from_capacity(capacity, error_rate * (1 - self.tightening), blocks)
         block_bits = next_prime(max(fixed.block_bits, 3))
         if block_bits > MAX_BLOCK_BITS:  # only just under a block's limit: one block more

@@ -16,7 +16,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from . import config
-from .bloom_math import BloomParams, Scaling
+from .bloom_math import BloomParams, Scaling, SizingError
 from .exceptions import DedupConfigError
 from .windows import WindowSpec
 
@@ -104,6 +104,27 @@ class HashOptions:
         return cls(value(settings, "DEDUP_EXPIRE"), value(settings, "DEDUP_HASH_SHARDS"))
 
 
+#: The settings each sizing parameter comes from, for bloom_math's messages.
+BLOOM_SETTINGS = {
+    "capacity": "DEDUP_BLOOM_CAPACITY",
+    "error_rate": "DEDUP_BLOOM_ERROR_RATE",
+    "blocks": "DEDUP_BLOOM_BLOCKS",
+    "bit": "BLOOMFILTER_BIT",
+    "hashes": "BLOOMFILTER_HASH_NUMBER",
+    "expansion": "DEDUP_BLOOM_EXPANSION",
+    "tightening": "DEDUP_BLOOM_TIGHTENING",
+    "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
+}
+
+
+def sized(make: Any, *args: Any) -> Any:
+    """``make(*args)`` from bloom_math, its SizingError told in settings' names."""
+    try:
+        return make(*args)
+    except SizingError as exc:
+        raise DedupConfigError(exc.named(BLOOM_SETTINGS)) from None
+
+
 @dataclass(frozen=True)
 class BloomOptions:
     """The filter's shape (for a scalable filter: its first layer) and its growth."""
@@ -132,15 +153,24 @@ class BloomOptions:
             scaling = expansion_set or config.default("DEDUP_BLOOM_SCALING")
         if not scaling:
             return None
-        return Scaling(
-            expansion=config.check_int(
+        return sized(
+            Scaling,
+            config.check_int(
                 "DEDUP_BLOOM_EXPANSION",
                 value(settings, "DEDUP_BLOOM_EXPANSION"),
                 minimum=1,
                 allowed="a whole factor >= 1 (2 doubles each new layer)",
             ),
-            tightening=value(settings, "DEDUP_BLOOM_TIGHTENING"),
-            max_layers=config.check_int(
+            config.check_float(
+                "DEDUP_BLOOM_TIGHTENING",
+                value(settings, "DEDUP_BLOOM_TIGHTENING"),
+                low=0.0,
+                high=1.0,
+                low_open=True,
+                high_open=True,
+                allowed="a ratio strictly between 0 and 1 (e.g. 0.5)",
+            ),
+            config.check_int(
                 "DEDUP_BLOOM_MAX_LAYERS", value(settings, "DEDUP_BLOOM_MAX_LAYERS"), minimum=1
             ),
         )
@@ -150,12 +180,21 @@ class BloomOptions:
         """Filter shape from ``DEDUP_BLOOM_*``, or from scrapy-redis-bloomfilter's
         ``BLOOMFILTER_BIT`` / ``BLOOMFILTER_HASH_NUMBER`` for people moving over.
         With ``scaling``: the shape of the first layer."""
-        error_rate = value(settings, "DEDUP_BLOOM_ERROR_RATE")
+        error_rate = config.check_error_rate(
+            "DEDUP_BLOOM_ERROR_RATE", value(settings, "DEDUP_BLOOM_ERROR_RATE")
+        )
         legacy = config.has(settings, "BLOOMFILTER_BIT") or config.has(
             settings, "BLOOMFILTER_HASH_NUMBER"
         )
-        capacity = value(settings, "DEDUP_BLOOM_CAPACITY")
-        blocks = value(settings, "DEDUP_BLOOM_BLOCKS")
+        capacity = config.check_capacity(
+            "DEDUP_BLOOM_CAPACITY", value(settings, "DEDUP_BLOOM_CAPACITY")
+        )
+        blocks = config.check_int(
+            "DEDUP_BLOOM_BLOCKS",
+            value(settings, "DEDUP_BLOOM_BLOCKS"),
+            minimum=0,
+            allowed="0 (automatic) or a number of blocks >= 1",
+        )
         if scaling is not None:
             if legacy:
                 raise DedupConfigError(
@@ -163,7 +202,7 @@ class BloomOptions:
                     "DEDUP_BLOOM_CAPACITY and DEDUP_BLOOM_ERROR_RATE; remove BLOOMFILTER_BIT and "
                     "BLOOMFILTER_HASH_NUMBER."
                 )
-            return scaling.first_layer(capacity, error_rate, blocks)
+            return sized(scaling.first_layer, capacity, error_rate, blocks)
         if legacy:
             if config.has(settings, "DEDUP_BLOOM_CAPACITY"):
                 raise DedupConfigError(
@@ -171,12 +210,20 @@ class BloomOptions:
                     "set; they size the same filter in two ways. Keep DEDUP_BLOOM_CAPACITY (and "
                     "DEDUP_BLOOM_ERROR_RATE) and remove the BLOOMFILTER_* settings."
                 )
-            return BloomParams.from_bit_exponent(
+            bit = config.check_int(
+                "BLOOMFILTER_BIT",
                 settings.get("BLOOMFILTER_BIT", 30),
-                settings.get("BLOOMFILTER_HASH_NUMBER", 6),
-                config.check_error_rate("DEDUP_BLOOM_ERROR_RATE", error_rate),
+                minimum=3,
+                allowed="a whole number from 3 to 40 (m = 2^BIT)",
             )
-        return BloomParams.from_capacity(capacity, error_rate, blocks)
+            hashes = config.check_int(
+                "BLOOMFILTER_HASH_NUMBER",
+                settings.get("BLOOMFILTER_HASH_NUMBER", 6),
+                minimum=1,
+                allowed="a whole number from 1 to 64",
+            )
+            return sized(BloomParams.from_bit_exponent, bit, hashes, error_rate)
+        return sized(BloomParams.from_capacity, capacity, error_rate, blocks)
 
 
 @dataclass(frozen=True)

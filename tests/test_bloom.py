@@ -5,14 +5,22 @@ from __future__ import annotations
 import math
 
 import pytest
+from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import BloomBackend
-from scrapy_dedup_suite.bloom_math import MAX_BLOCK_BITS, BloomParams, check_fingerprint
+from scrapy_dedup_suite.bloom_math import (
+    MAX_BLOCK_BITS,
+    BloomParams,
+    Scaling,
+    SizingError,
+    check_fingerprint,
+)
 from scrapy_dedup_suite.exceptions import (
     DedupConfigError,
     FilterMismatchError,
     InvalidFingerprintError,
 )
+from scrapy_dedup_suite.options import BloomOptions
 
 from .helpers import fingerprints
 
@@ -37,8 +45,11 @@ def test_large_filters_split_into_blocks_under_512mb():
     assert p.total_bits >= 14_377_587_227
     spread = BloomParams.from_capacity(1_000_000_000, 0.001, blocks=16)
     assert spread.blocks == 16 and spread.block_bits * 16 >= 14_377_587_227
-    with pytest.raises(DedupConfigError, match="DEDUP_BLOOM_BLOCKS=2 is too few"):
+    with pytest.raises(SizingError, match="blocks=2 is too few"):
         BloomParams.from_capacity(1_000_000_000, 0.001, blocks=2)
+    too_few = {"DEDUP_BLOOM_CAPACITY": 1_000_000_000, "DEDUP_BLOOM_BLOCKS": 2}
+    with pytest.raises(DedupConfigError, match="DEDUP_BLOOM_BLOCKS=2 is too few"):
+        BloomOptions.from_settings(Settings(too_few))
 
 
 @pytest.mark.parametrize(
@@ -55,8 +66,40 @@ def test_large_filters_split_into_blocks_under_512mb():
     ],
 )
 def test_bad_sizing_names_the_setting(capacity, error_rate, match):
+    settings = Settings({"DEDUP_BLOOM_CAPACITY": capacity, "DEDUP_BLOOM_ERROR_RATE": error_rate})
     with pytest.raises(DedupConfigError, match=match):
+        BloomOptions.from_settings(settings)
+    # The math itself names its parameters plainly.
+    plain = "capacity" if "CAPACITY" in match else "error rate"
+    with pytest.raises(SizingError, match=plain):
         BloomParams.from_capacity(capacity, error_rate)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"DEDUP_BLOOM_EXPANSION": 0}, "DEDUP_BLOOM_EXPANSION"),
+        ({"DEDUP_BLOOM_SCALING": True, "DEDUP_BLOOM_TIGHTENING": 1}, "DEDUP_BLOOM_TIGHTENING"),
+        ({"DEDUP_BLOOM_SCALING": True, "DEDUP_BLOOM_MAX_LAYERS": 0}, "DEDUP_BLOOM_MAX_LAYERS"),
+        ({"DEDUP_BLOOM_CAPACITY": 10**18, "DEDUP_BLOOM_ERROR_RATE": 1e-9}, "DEDUP_BLOOM_CAPACITY="),
+    ],
+)
+def test_bad_growth_names_the_setting(settings, match):
+    with pytest.raises(DedupConfigError, match=match):
+        BloomOptions.from_settings(Settings(settings))
+
+
+def test_the_math_refuses_what_no_filter_can_be_without_settings_names():
+    for make in (
+        lambda: Scaling(expansion=0),
+        lambda: Scaling(tightening=1.0),
+        lambda: Scaling(max_layers=0),
+        lambda: BloomParams.from_capacity(1000, 0.01, blocks=10_000),
+        lambda: BloomParams.from_bit_exponent(41, 6, 0.001),
+    ):
+        with pytest.raises(SizingError) as info:
+            make()
+        assert "DEDUP_" not in str(info.value) and "BLOOMFILTER_" not in str(info.value)
 
 
 def test_legacy_bloomfilter_settings():
@@ -65,9 +108,11 @@ def test_legacy_bloomfilter_settings():
     big = BloomParams.from_bit_exponent(34, 6, 0.001)
     assert big.blocks == 4 and big.block_bits == 2**32
     with pytest.raises(DedupConfigError, match="BLOOMFILTER_BIT"):
-        BloomParams.from_bit_exponent(41, 6, 0.001)
+        BloomOptions.from_settings(Settings({"BLOOMFILTER_BIT": 41}))
     with pytest.raises(DedupConfigError, match="BLOOMFILTER_HASH_NUMBER"):
-        BloomParams.from_bit_exponent(20, 0, 0.001)
+        BloomOptions.from_settings(Settings({"BLOOMFILTER_HASH_NUMBER": 0}))
+    with pytest.raises(DedupConfigError, match="BLOOMFILTER_HASH_NUMBER"):
+        BloomOptions.from_settings(Settings({"BLOOMFILTER_HASH_NUMBER": 65}))
 
 
 def test_reference_positions_follow_the_documented_arithmetic():
