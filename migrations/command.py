@@ -13,6 +13,7 @@ from scrapy.exceptions import UsageError
 
 from scrapy_dedup_suite.backends import build_backend, dupefilter_key
 from scrapy_dedup_suite.commands import spider_settings
+from scrapy_dedup_suite.connection import UNREACHABLE, redis_source, unreachable
 from scrapy_dedup_suite.exceptions import DedupError
 
 from .set_to_bloom import MigrationError, Progress, SetToBloom
@@ -40,7 +41,8 @@ class Command(ScrapyCommand):
             "of the project's settings (DEDUP_BLOOM_CAPACITY, DEDUP_BLOOM_ERROR_RATE, ...), so "
             "that the crawl filters everything the set recorded. Crawlers may keep running. "
             "Exit codes: 0 done, 1 error, 2 usage, 3 source missing or not a set, 4 target "
-            "refused (other type, other parameters, too small), 5 verification failed."
+            "refused (other type, other parameters, too small), 5 verification failed, "
+            "6 Redis unreachable."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -125,6 +127,7 @@ class Command(ScrapyCommand):
             if getattr(opts, name) < 1:
                 raise UsageError(f"--{name} must be a whole number >= 1")
         bar = Progress()
+        migration = None
         try:
             migration = self._migration(opts, bar)
             plan = migration.plan()
@@ -141,6 +144,11 @@ class Command(ScrapyCommand):
             report = migration.run(resume=opts.resume, delete_source=opts.delete_source)
             bar(report.migrated, report.plan.members, final=True)
             self._out(opts, report.as_dict(), report.summary())
+        except UNREACHABLE as exc:
+            client = migration.server if migration is not None else None
+            error = unreachable(client, exc, redis_source(self.settings), "for the migration")
+            print(f"migrate-set-to-bloom: {error}", file=sys.stderr)
+            self.exitcode = error.exit_code
         except MigrationError as exc:
             print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
             self.exitcode = exc.exit_code

@@ -11,13 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from scrapy.settings import BaseSettings, Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from . import config
-from .exceptions import DedupConfigError
+from .exceptions import DedupConfigError, RedisUnreachableError
 
 URL_HELP = (
     "REDIS_URL looks like redis://[user:password@]host:port/db, rediss://... or "
@@ -94,6 +96,45 @@ def without_retries(server: Any) -> Any:
         connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
     )
     return type(server)(connection_pool=new_pool)
+
+
+#: Failures that mean "the server could not be reached" (refused, timed out, no
+#: cluster node answering, wrong password: AuthenticationError is a ConnectionError).
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
+
+
+def redis_source(settings: BaseSettings) -> str:
+    """The setting(s) that choose the dupefilter's server, for messages."""
+    if settings.get("DEDUP_REDIS_URL"):
+        return "DEDUP_REDIS_URL"
+    if settings.get("REDIS_URL"):
+        return "REDIS_URL"
+    return "REDIS_HOST/REDIS_PORT"
+
+
+def address(client: Any) -> str:
+    """host:port (and db) a client talks to; on a cluster, its first node."""
+    try:
+        if is_cluster(client):
+            node = client.get_default_node() or client.get_nodes()[0]
+            return f"{node.host}:{node.port} (a Redis Cluster node)"
+        kwargs = client.connection_pool.connection_kwargs
+    except Exception:  # an unusual client: say what we can
+        return repr(client)
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)} db {kwargs.get('db', 0)}"
+
+
+def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> RedisUnreachableError:
+    """The one-line error for a server that could not be reached."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+    return RedisUnreachableError(
+        f"Cannot reach Redis at {address(client)} (from {source}) {doing}: {reason}. Check "
+        f"that the server runs there and that {source} (host, port, db, rediss:// for TLS) "
+        "and REDIS_PARAMS (password, timeouts) are right."
+    )
 
 
 def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> Any:

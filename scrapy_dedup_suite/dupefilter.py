@@ -35,7 +35,7 @@ from scrapy.settings import BaseSettings
 from . import config, scripts
 from .backends import DedupBackend, build_backend, dupefilter_key  # noqa: F401 - re-exported
 from .backends.base import STABLE_ANSWERS, cluster_node_error
-from .connection import get_redis, without_retries
+from .connection import UNREACHABLE, get_redis, redis_source, unreachable, without_retries
 from .exceptions import (
     DedupBackendError,
     DedupConfigError,
@@ -181,6 +181,8 @@ class RFPDupeFilter(BaseDupeFilter):
         self.on_error = config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR)
         self.retries = check_retries(retries)
         self.logdupes = True
+        #: The setting that chose the server, for the start-up error.
+        self.redis_source = redis_source(settings) if settings is not None else "REDIS_URL"
         self._uses_expire = backend.uses_expire
         self._bad_expire_logged = False
         self._filtered_stats = ["dupefilter/filtered", "dedup/filtered"]
@@ -237,7 +239,7 @@ class RFPDupeFilter(BaseDupeFilter):
         options = DupefilterOptions.from_settings(settings)
         server = get_redis(settings, socket_timeout=options.socket_timeout)
         backend = build_backend(settings, spider_name or "", server=server, key=key)
-        return cls(
+        df = cls(
             backend,
             fingerprint=get_fingerprinter(options.fingerprinter, crawler, uniform=backend.is_bloom),
             debug=options.debug,
@@ -246,6 +248,8 @@ class RFPDupeFilter(BaseDupeFilter):
             retries=options.retries,
             local_cache=options.local_cache,
         )
+        df.redis_source = redis_source(settings)
+        return df
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RFPDupeFilter:
@@ -271,8 +275,19 @@ class RFPDupeFilter(BaseDupeFilter):
     # -- life cycle --------------------------------------------------------------------
 
     def open(self) -> None:
-        """Check the backend's keys and parameters; fail at start-up if wrong."""
-        self.backend.open()
+        """Check the backend's keys and parameters; fail at start-up if wrong, or if
+        Redis cannot be reached (DEDUP_ON_ERROR applies to requests, not to this check:
+        a filter must not be used before its parameters are known)."""
+        try:
+            self.backend.open()
+        except UNREACHABLE as exc:
+            raise unreachable(
+                self.backend.server,
+                exc,
+                self.redis_source,
+                "when the dupefilter opened; the crawl cannot start (DEDUP_ON_ERROR does not "
+                "apply at start-up)",
+            ) from None
         if self.stats is not None:
             self.stats.set_value("dedup/backend", self.backend.name)
         self.logger.info("Dupefilter: %s backend at %r", self.backend.name, self.backend.key)

@@ -44,3 +44,11 @@ class DedupBackendError(DedupError):
 
 class InvalidFingerprintError(DedupError, ValueError):
     """A fingerprint is not what the backend hashes (hex digest of >= 16 bytes)."""
+
+
+class RedisUnreachableError(DedupError):
+    """Redis could not be reached where the dupefilter must be sure of it (at open,
+    in the commands). The message names the server, the setting that chose it, and
+    what to check; the commands exit with :attr:`exit_code`."""
+
+    exit_code = 6

@@ -65,6 +65,7 @@ SUBPROCESS_MODULES = {
     "test_example",
     "test_bench",
     "test_middleware",
+    "test_messages",
 }
 
 

@@ -13,6 +13,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from .. import config
+from ..connection import UNREACHABLE, redis_source, unreachable
 from ..exceptions import DedupError
 from ..janitor import Janitor, JanitorReport, make_scheduler
 from ..options import JanitorOptions
@@ -39,7 +40,9 @@ class Command(ScrapyCommand):
             "reports fill and false-positive rate of the Bloom backends and restores lost "
             "bucket expiries of windowed-bloom. Runs every DEDUP_JANITOR_INTERVAL seconds "
             "(or on DEDUP_JANITOR_CRON) until stopped, or once with --once (for cron or a "
-            "Kubernetes CronJob). Only one pass runs at a time per dupefilter."
+            "Kubernetes CronJob). Only one pass runs at a time per dupefilter. Exit codes: 0 "
+            "done, 1 error, 2 usage, 6 Redis unreachable (with --once; a running janitor logs "
+            "it and tries again at the next pass)."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -67,6 +70,7 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         if args:
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
+        backend = None
         try:
             settings, backend = target_backend(self.settings, opts)
             janitor = Janitor(
@@ -79,6 +83,11 @@ class Command(ScrapyCommand):
                 self._print(report, opts)
                 return
             self._serve(janitor, settings, opts)
+        except UNREACHABLE as exc:
+            client = backend.server if backend is not None else None
+            error = unreachable(client, exc, redis_source(self.settings), "for the janitor")
+            print(f"dedup-janitor: {error}", file=sys.stderr)
+            self.exitcode = error.exit_code
         except DedupError as exc:
             print(f"dedup-janitor: {exc}", file=sys.stderr)
             self.exitcode = 1
@@ -121,6 +130,11 @@ class Command(ScrapyCommand):
         def run_pass() -> None:
             try:
                 self._print(janitor.run_pass(), opts)
+            except UNREACHABLE as exc:
+                error = unreachable(
+                    janitor.backend.server, exc, redis_source(settings), "for a janitor pass"
+                )
+                logger.error("%s The next pass will try again.", error)
             except Exception:
                 logger.exception("Janitor pass failed; the next one will try again")
 

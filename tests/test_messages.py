@@ -1,0 +1,82 @@
+"""What a user sees when Redis cannot be reached: one line naming the server and
+what to check, and a documented exit code, from a crawl and from each command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scrapy_dedup_suite.embedded import free_port
+
+from .helpers import ROOT
+
+SPIDER = """
+import scrapy
+
+
+class OneSpider(scrapy.Spider):
+    name = "one"
+    start_urls = ["http://127.0.0.1:9/"]
+
+    def parse(self, response):
+        pass
+"""
+
+
+def scrapy_cmd(*args: str, cwd=ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.fixture
+def dead_url() -> str:
+    """A URL where nothing listens."""
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+@pytest.mark.parametrize("backend", ["set", "bloom"])
+def test_a_crawl_whose_redis_is_unreachable_stops_with_one_line(tmp_path, dead_url, backend):
+    (tmp_path / "one.py").write_text(SPIDER)
+    proc = scrapy_cmd(
+        "runspider", "one.py",
+        "-s", "DUPEFILTER_CLASS=scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        "-s", f"DEDUP_REDIS_URL={dead_url}",
+        "-s", f"DEDUP_BACKEND={backend}",
+        "-s", "TELNETCONSOLE_ENABLED=False",
+        cwd=tmp_path,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1
+    port = dead_url.rsplit(":", 1)[1].split("/")[0]
+    line = next(x for x in out.splitlines() if "Cannot reach Redis" in x)
+    assert f"127.0.0.1:{port}" in line and "DEDUP_REDIS_URL" in line
+    assert "DEDUP_ON_ERROR does not apply at start-up" in line
+    # redis-py's own traceback (socket, connect, retry) is not shown.
+    assert "redis/connection.py" not in out
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("migrate-set-to-bloom", ["--spider", "s"]),
+        ("migrate-set-to-bloom", ["--spider", "s", "--dry-run"]),
+        ("dedup-janitor", ["--spider", "s", "--once"]),
+    ],
+)
+def test_a_command_whose_redis_is_unreachable_exits_6_with_one_line(dead_url, command, args):
+    proc = scrapy_cmd(command, *args, "-s", f"REDIS_URL={dead_url}", "-s", "DEDUP_BACKEND=hash")
+    assert proc.returncode == 6, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{command}: Cannot reach Redis at 127.0.0.1:")
+    assert "REDIS_URL" in lines[0]
+    assert "Traceback" not in proc.stderr
