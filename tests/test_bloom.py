@@ -172,7 +172,8 @@ def test_parameters_are_stored_and_checked_on_open(server):
     # Same parameters: fine. Other capacity: refused, nothing changed.
     BloomBackend(server, "t:p", BloomParams.from_capacity(10_000, 0.01)).open()
     before = server.dump("{t:p:0}")
-    with pytest.raises(FilterMismatchError, match="block_bits: stored"):
+    # Said in the user's terms (capacity), not in the bits it implies.
+    with pytest.raises(FilterMismatchError, match="capacity: stored '10,000', configured '20,000'"):
         BloomBackend(server, "t:p", BloomParams.from_capacity(20_000, 0.01)).open()
     assert server.dump("{t:p:0}") == before
     # A record written by another hashing scheme is refused too.
@@ -225,3 +226,15 @@ def test_no_false_negatives_and_designed_false_positive_rate(server):
     assert info["estimated_items"] == pytest.approx(n, rel=0.05)
     assert info["estimated_error_rate"] == pytest.approx(p, rel=0.15)
     assert info["over_capacity"] is False
+
+
+@pytest.mark.single_server
+def test_stamps_alone_still_name_the_fields_that_differ(server):
+    """With the record gone, the stamps (which hold the compared fields only) still
+    refuse other parameters, naming the fields."""
+    backend = BloomBackend(server, "t:s", BloomParams.from_capacity(10_000, 0.01))
+    backend.open()
+    backend.check_and_add(fingerprints(1)[0])
+    server.delete("t:s:meta")
+    with pytest.raises(FilterMismatchError, match=r"block_bits: stored .*found in the stamp"):
+        BloomBackend(server, "t:s", BloomParams.from_capacity(20_000, 0.01)).open()

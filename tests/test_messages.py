@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
 from scrapy_dedup_suite.embedded import free_port
 
-from .helpers import ROOT
+from .helpers import ROOT, fingerprints
 
 SPIDER = """
 import scrapy
@@ -80,3 +81,20 @@ def test_a_command_whose_redis_is_unreachable_exits_6_with_one_line(dead_url, co
     assert lines[0].startswith(f"{command}: Cannot reach Redis at 127.0.0.1:")
     assert "REDIS_URL" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_filter_opened_with_another_capacity_says_so_in_the_users_terms(redis_server):
+    url = redis_server.url
+    common = ["-s", f"REDIS_URL={url}", "-s", "DEDUP_BACKEND=bloom"]
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.sadd("s:dupefilter", *fingerprints(100, "capacity"))
+    made = scrapy_cmd("migrate-set-to-bloom", "--spider", "s", "--capacity", "200000", *common)
+    assert made.returncode == 0, made.stderr[-2000:]
+    again = scrapy_cmd("migrate-set-to-bloom", "--spider", "s", "--capacity", "1000", *common)
+    assert again.returncode == 4
+    message = again.stderr.strip().splitlines()[-1]
+    assert "capacity: stored '200,000', configured '1000'" in message
+    assert "(DEDUP_BLOOM_CAPACITY, or --capacity of migrate-set-to-bloom)" in message
+    assert "Set DEDUP_BLOOM_CAPACITY = 200000 as when it was created" in message
+    assert "block_bits" not in message

@@ -83,6 +83,53 @@ def cluster_node_error(exc: Exception) -> DedupConfigError:
     )
 
 
+#: The setting (and command option) behind each field of a parameter record.
+FIELD_SETTINGS = {
+    "capacity": "DEDUP_BLOOM_CAPACITY, or --capacity of migrate-set-to-bloom",
+    "error_rate": "DEDUP_BLOOM_ERROR_RATE, or --error-rate",
+    "compound_error_rate": "DEDUP_BLOOM_ERROR_RATE, or --error-rate",
+    "blocks": "DEDUP_BLOOM_BLOCKS",
+    "expansion": "DEDUP_BLOOM_EXPANSION",
+    "tightening": "DEDUP_BLOOM_TIGHTENING",
+    "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
+    "shards": "DEDUP_HASH_SHARDS",
+    "window": "DEDUP_WINDOW",
+    "window_count": "DEDUP_WINDOW_COUNT",
+    "window_tz": "DEDUP_WINDOW_TZ",
+}
+
+#: Record fields computed from others: a Bloom filter's bits and hashes follow from
+#: its capacity, error rate and blocks, which are what a user sets.
+DERIVED = {"block_bits": ("capacity", "error_rate", "blocks"), "hashes": ("capacity", "error_rate")}
+
+
+def shown(value: str | None) -> str | None:
+    """A record's value as a user reads it: large whole numbers with separators."""
+    if value is not None and value.isdigit() and len(value) > 4:
+        return f"{int(value):,}"
+    return value
+
+
+def in_user_terms(
+    different: Sequence[str], stored: Mapping[str, str], wanted: Mapping[str, str]
+) -> list[str]:
+    """``different`` with derived fields replaced by the ones a user set, where
+    those differ too (else the derived ones stay: a change of scheme, say)."""
+    out: list[str] = []
+    for name in different:
+        sources = [f for f in DERIVED.get(name, ()) if stored.get(f) != wanted.get(f)]
+        if sources and all(f in stored for f in sources):
+            out += [f for f in sources if f not in out]
+        elif name not in out:
+            out.append(name)
+    if "compound_error_rate" in stored:
+        # A scalable filter: DEDUP_BLOOM_ERROR_RATE is its compound rate; the first
+        # layer's own rate follows from it.
+        out = ["compound_error_rate" if f == "error_rate" else f for f in out]
+        out = [f for i, f in enumerate(out) if f not in out[:i]]
+    return out
+
+
 @dataclass(frozen=True)
 class MetaSpec:
     """A parameter record: its key, the fields to write, the fields that must match."""
@@ -736,6 +783,11 @@ class DedupBackend(ABC):
             for key in stamp_keys:
                 pipe.get(key)
             stamps = {k: as_str(v) for k, v in zip(stamp_keys, pipe.execute()) if v is not None}
+        if any(stamp != spec.stamp for stamp in stamps.values()) and found.get(spec.key) == "hash":
+            # The record says the same in the user's terms (capacity, error rate).
+            record = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
+            if record:
+                self.compare_meta(spec, record)
         for key, stamp in stamps.items():
             if stamp != spec.stamp:
                 try:
@@ -803,17 +855,30 @@ class DedupBackend(ABC):
                 "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
             )
         different = [f for f in spec.compare if stored.get(f) != wanted.get(f)]
-        if different:
-            diff = ", ".join(
-                f"{f}: stored {stored.get(f)!r}, configured {wanted.get(f)!r}" for f in different
-            )
-            raise FilterMismatchError(
-                f"The {wanted['backend']} filter at {self.key!r} was created with other "
-                f"parameters ({diff}). Opening it with these settings would read and write the "
-                f"wrong places. Use the settings it was created with (stored in {spec.key!r}), or "
-                "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY; delete the "
-                "old keys only if their contents may be lost."
-            )
+        if not different:
+            return
+        different = in_user_terms(different, stored, wanted)
+        diff = ", ".join(
+            f"{f}: stored {shown(stored.get(f))!r}, configured {shown(wanted.get(f))!r}"
+            + (f" ({FIELD_SETTINGS[f]})" if f in FIELD_SETTINGS else "")
+            for f in different
+        )
+        fix = [
+            f"{FIELD_SETTINGS[f].split(',')[0]} = {stored[f]}"
+            for f in different
+            if f in FIELD_SETTINGS and stored.get(f) is not None
+        ]
+        use = (
+            f"Set {', '.join(fix)} as when it was created"
+            if fix
+            else (f"Use the settings it was created with (stored in {spec.key!r})")
+        )
+        raise FilterMismatchError(
+            f"The {wanted['backend']} filter at {self.key!r} was created with other "
+            f"parameters ({diff}). Opening it with these settings would read and write the "
+            f"wrong places. {use}, or point the dupefilter at another key with "
+            "SCHEDULER_DUPEFILTER_KEY; delete the old keys only if their contents may be lost."
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} key={self.key!r}>"
