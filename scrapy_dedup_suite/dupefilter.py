@@ -33,7 +33,13 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
 from . import config, scripts
-from .backends import DedupBackend, build_backend, dupefilter_key  # noqa: F401 - re-exported
+from .backends import (  # noqa: F401 - dupefilter_key re-exported
+    DedupBackend,
+    build_backend,
+    dupefilter_key,
+    find_other_filters,
+    other_filters,
+)
 from .backends.base import STABLE_ANSWERS, cluster_node_error
 from .connection import UNREACHABLE, get_redis, redis_source, unreachable, without_retries
 from .exceptions import (
@@ -183,6 +189,10 @@ class RFPDupeFilter(BaseDupeFilter):
         self.logdupes = True
         #: The setting that chose the server, for the start-up error.
         self.redis_source = redis_source(settings) if settings is not None else "REDIS_URL"
+        #: Where the other backends would keep this spider's fingerprints (checked at
+        #: open when this filter is empty, to warn of a silent full re-crawl).
+        self.others: dict[str, str] = {}
+        self.spider_name = ""
         self._uses_expire = backend.uses_expire
         self._bad_expire_logged = False
         self._filtered_stats = ["dupefilter/filtered", "dedup/filtered"]
@@ -249,6 +259,9 @@ class RFPDupeFilter(BaseDupeFilter):
             local_cache=options.local_cache,
         )
         df.redis_source = redis_source(settings)
+        if spider_name:
+            df.others = other_filters(settings, spider_name, backend.name)
+            df.spider_name = spider_name
         return df
 
     @classmethod
@@ -279,7 +292,10 @@ class RFPDupeFilter(BaseDupeFilter):
         Redis cannot be reached (DEDUP_ON_ERROR applies to requests, not to this check:
         a filter must not be used before its parameters are known)."""
         try:
+            empty = bool(self.others) and not self.backend.verify()
             self.backend.open()
+            if empty:
+                self._warn_of_other_filters()
         except UNREACHABLE as exc:
             raise unreachable(
                 self.backend.server,
@@ -291,6 +307,34 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.stats is not None:
             self.stats.set_value("dedup/backend", self.backend.name)
         self.logger.info("Dupefilter: %s backend at %r", self.backend.name, self.backend.key)
+
+    def _warn_of_other_filters(self) -> None:
+        """This filter held nothing: if another backend holds this spider's
+        fingerprints, say so (the crawl would fetch all of them again) and how to
+        keep them."""
+        found = find_other_filters(self.backend.server, self.others)
+        if not found:
+            return
+        chosen = self.backend.name
+        advice = []
+        for name, _key, _what in found:
+            if name == "set" and chosen in ("bloom", "windowed-bloom"):
+                advice.append(
+                    f"convert the set with `scrapy migrate-set-to-bloom --spider "
+                    f"{self.spider_name}` (DEDUP_BACKEND = {chosen!r}), or set DEDUP_BACKEND = "
+                    "'set' to go on with it"
+                )
+            else:
+                advice.append(f"set DEDUP_BACKEND = {name!r} to go on with it")
+        self.logger.warning(
+            "The %s dupefilter at %r holds nothing yet, but this spider's fingerprints are "
+            "elsewhere: %s. This crawl does not see them, so it fetches every page they "
+            "recorded again. To keep them: %s.",
+            chosen,
+            self.backend.key,
+            "; ".join(what for _, _, what in found),
+            "; or ".join(dict.fromkeys(advice)),
+        )
 
     def close(self, reason: str = "") -> None:
         """Keeps every fingerprint: closing a spider never deletes its history."""

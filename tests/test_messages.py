@@ -12,7 +12,7 @@ import redis
 
 from scrapy_dedup_suite.embedded import free_port
 
-from .helpers import ROOT, fingerprints
+from .helpers import ROOT, crawl, fingerprints
 
 SPIDER = """
 import scrapy
@@ -98,3 +98,38 @@ def test_a_filter_opened_with_another_capacity_says_so_in_the_users_terms(redis_
     assert "(DEDUP_BLOOM_CAPACITY, or --capacity of migrate-set-to-bloom)" in message
     assert "Set DEDUP_BLOOM_CAPACITY = 200000 as when it was created" in message
     assert "block_bits" not in message
+
+
+def test_an_empty_filter_beside_another_backends_fingerprints_warns(tmp_path, site, redis_server):
+    base = {"REDIS_URL": redis_server.url, "DEDUP_BLOOM_CAPACITY": 100_000}
+    redis.Redis.from_url(redis_server.url).flushall()
+    first = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "set"}, "set")
+    assert "holds nothing yet" not in first["log"]  # nothing anywhere: nothing to say
+    # bloom after set: the set's fingerprints are not seen; said once, with the fix.
+    second = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom")
+    warning = next(x for x in second["log"].splitlines() if "holds nothing yet" in x)
+    assert "'site:dupefilter' is a scrapy-redis fingerprint set of 200" in warning
+    assert "`scrapy migrate-set-to-bloom --spider site`" in warning
+    assert second["stats"]["dedup/added"] == site.pages  # re-crawled, as the warning said
+    # hash after bloom and set: both named, and no conversion offered for hash.
+    third = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "hash"}, "hash")
+    warning = next(x for x in third["log"].splitlines() if "holds nothing yet" in x)
+    assert "site:bloomfilter:meta records a bloom filter" in warning
+    assert "set DEDUP_BACKEND = 'bloom' to go on with it" in warning
+    assert "set DEDUP_BACKEND = 'set' to go on with it" in warning
+    # A filter that holds fingerprints is not warned about.
+    again = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom-again")
+    assert "holds nothing yet" not in again["log"]
+
+
+def test_a_bloom_filter_at_the_sets_own_key_warns(tmp_path, site, redis_server):
+    base = {
+        "REDIS_URL": redis_server.url,
+        "DEDUP_BLOOM_CAPACITY": 100_000,
+        "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
+    }
+    redis.Redis.from_url(redis_server.url).flushall()
+    crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "set"}, "set")
+    bloom = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom")
+    warning = next(x for x in bloom["log"].splitlines() if "holds nothing yet" in x)
+    assert "'site:dupefilter' is a scrapy-redis fingerprint set of 200" in warning

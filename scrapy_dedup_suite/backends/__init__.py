@@ -13,7 +13,7 @@ from .. import config
 from ..connection import get_redis
 from ..exceptions import DedupConfigError
 from ..options import value
-from .base import DedupBackend
+from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
 from .set import SetBackend
@@ -74,6 +74,35 @@ def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) 
             "placeholder is %(spider)s (write %% for a literal %)"
         )
     return template % {"spider": spider_name}
+
+
+def other_filters(settings: BaseSettings, spider_name: str, chosen: str) -> dict[str, str]:
+    """The base key each other registered backend would use for this spider."""
+    return {
+        name: dupefilter_key(settings, name, spider_name) for name in BACKENDS if name != chosen
+    }
+
+
+def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Which of ``others`` hold data: (backend, key, description) for a scrapy-redis
+    set, or a filter's parameter record, found there."""
+    found = []
+    for name, key in others.items():
+        if name == "set":
+            if as_str(server.type(key)) == "set":
+                count = int(server.scard(key))
+                found.append((name, key, f"{key!r} is a scrapy-redis fingerprint set of {count:,}"))
+        else:
+            recorded = (
+                server.hget(f"{key}:meta", "backend")
+                if as_str(server.type(f"{key}:meta")) == "hash"
+                else None
+            )
+            if recorded is not None:
+                found.append(
+                    (name, key, f"{key}:meta records a {as_str(recorded)} filter at {key!r}")
+                )
+    return found
 
 
 def build_backend(
