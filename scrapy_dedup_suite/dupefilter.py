@@ -452,6 +452,8 @@ class RFPDupeFilter(BaseDupeFilter):
         :meth:`account` on the reactor thread."""
         backend = self.backend
         try:
+            if not backend.opened:  # after clear(), say: opened again under the policy
+                backend.open()
             return BatchResult(backend.check_and_add_many(fingerprints, expires))
         except FAILURES as exc:
             if not self._transient(exc):

@@ -114,8 +114,6 @@ class BatchDedupMiddleware:
         df = self.dupefilter()
         if df is None:
             return requests
-        if not df.backend.opened:
-            df.backend.open()  # once, on the reactor thread (a no-op after the scheduler's open)
         from twisted.internet import reactor  # the one Scrapy installed
 
         batch = df.prepare_batch(requests)

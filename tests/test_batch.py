@@ -335,3 +335,17 @@ def test_a_custom_backend_without_scripts_gets_batches_one_by_one(server):
     assert [r.url for r in batch(df, [Request("http://c.test/1"), Request("http://c.test/1")])] == [
         "http://c.test/1"
     ]
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("row", ["set", "bloom", "hash"])
+def test_a_batch_after_clear_opens_the_filter_again(server, row):
+    df = make_dupefilter(BACKENDS[row](server))
+    requests = [Request(f"http://clear.test/{i}") for i in range(5)]
+    assert len(batch(df, requests)) == 5
+    df.clear()
+    assert not df.backend.opened
+    again = [r.replace() for r in requests]  # copies: not admitted, checked afresh
+    assert len(batch(df, again)) == 5  # forgotten by clear(), recorded again
+    assert df.backend.opened
+    assert all(df.request_seen(r.replace()) for r in requests)
