@@ -106,7 +106,8 @@ class JanitorReport:
             label = f" bucket {f['label']}" if "label" in f else ""
             if "layers" in f:
                 layers = ", ".join(
-                    f"layer {x['layer']} {x['fill_ratio']:.0%} of {x['capacity']:,}"
+                    f"layer {x['layer']} holds {x['items']:,} of {x['capacity']:,} items "
+                    f"({x['fill_ratio']:.0%} of its bits set)"
                     for x in f["layers"]
                 )
                 parts.append(
@@ -352,6 +353,12 @@ def _parts(items: Sequence[str], size: int) -> list[Sequence[str]]:
 
 
 def make_scheduler(blocking: bool) -> BaseScheduler:
+    """APScheduler with one worker thread; its own INFO lines (job added, running,
+    executed: two per pass) are left out unless the project sets its logger's level,
+    since every pass logs its own report."""
+    quiet = logging.getLogger("apscheduler")
+    if quiet.level == logging.NOTSET:
+        quiet.setLevel(logging.WARNING)
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.schedulers.blocking import BlockingScheduler
@@ -396,6 +403,13 @@ class JanitorExtension:
 
         settings = self.crawler.settings
         backend = build_backend(settings, spider.name)
+        if not {PURGE_EXPIRED, REPORT_FILL, RESTORE_EXPIRY} & backend.capabilities:
+            logger.info(
+                "Janitor: nothing to do for the %s dupefilter (no expiry to purge or "
+                "restore, no fill to report): no passes scheduled",
+                backend.name,
+            )
+            return
         self.janitor = Janitor.from_settings(backend, settings)
         self.scheduler = make_scheduler(blocking=False)
         self.scheduler.add_job(

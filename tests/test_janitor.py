@@ -315,6 +315,33 @@ def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, redis_setti
     assert stats["dedup/janitor/removed"] == 700
     assert stats["dedup/added"] == site.pages
     assert "Janitor: a pass every 0.5 s" in result["log"]
+    # APScheduler's own lines (job added, running, executed) are left out.
+    assert "apscheduler" not in result["log"]
     # The crawl ended normally, and no janitor thread outlived it.
     assert time.monotonic() - started < 60
     assert not [t for t in result["threads"] if "APScheduler" in t or "ThreadPoolExecutor" in t]
+
+
+def test_an_empty_bloom_filter_reports_zero_items(server):
+    backend = BloomBackend(server, "j:empty", BloomParams.from_capacity(1000, 0.01))
+    backend.open()
+    summary = Janitor(backend).run_pass().summary()
+    assert "about 0 items" in summary
+    assert "-0" not in summary
+
+
+def test_the_extension_schedules_nothing_for_the_set_backend(
+    tmp_path, site, redis_server, redis_settings, server
+):
+    settings = settings_for(
+        redis_settings,
+        "set",
+        "scrapy",
+        redis_server.url,
+        EXTENSIONS={"scrapy_dedup_suite.janitor.JanitorExtension": 500},
+        DEDUP_JANITOR_INTERVAL=0.5,
+    )
+    result = crawl(tmp_path, site, settings)
+    assert "Janitor: nothing to do for the set dupefilter" in result["log"]
+    assert "dedup/janitor/passes" not in result["stats"]
+    assert result["stats"]["dedup/added"] == site.pages

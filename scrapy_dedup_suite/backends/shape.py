@@ -49,7 +49,8 @@ def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
     m = params.total_bits
     ratio = set_bits / m if m else 0.0
     k = params.hashes
-    estimated = -m / k * math.log(1 - ratio) if ratio < 1 else float("inf")
+    # (max: an empty filter is 0 items, not -0.)
+    estimated = max(0.0, -m / k * math.log(1 - ratio)) if ratio < 1 else float("inf")
     return {
         "set_bits": set_bits,
         "fill_ratio": ratio,
