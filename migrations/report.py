@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scrapy_dedup_suite.config import human_bytes
+
 logger = logging.getLogger("scrapy_dedup_suite.migrations.set_to_bloom")
 
 
@@ -117,7 +119,7 @@ class Report:
 
 
 def _mb(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+    return human_bytes(n)
 
 
 class Progress:

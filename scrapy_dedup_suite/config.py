@@ -118,3 +118,13 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def has(settings: BaseSettings | dict[str, Any], name: str) -> bool:
     return _raw(settings, name) is not _MISSING
+
+
+def human_bytes(n: float) -> str:
+    """A size in the unit that suits it (B, KiB, MiB, GiB, TiB), one decimal:
+    every report of this package writes memory the same way."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:,.0f} B" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"

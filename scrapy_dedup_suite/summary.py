@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
+from .config import human_bytes
+
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
@@ -52,7 +54,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['requests_checked']:,}",
                 f"{r['new']:,}",
                 f"{r['filtered']:,}",
-                f"{r['redis_memory_bytes'] / 1024:,.1f} KiB",
+                human_bytes(r["redis_memory_bytes"]),
                 f"{r['fill_ratio']:.2%}" if "fill_ratio" in r else "-",
                 f"{r['estimated_error_rate']:.2g}" if "estimated_error_rate" in r else "-",
             ]

@@ -133,3 +133,14 @@ def test_a_bloom_filter_at_the_sets_own_key_warns(tmp_path, site, redis_server):
     bloom = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom")
     warning = next(x for x in bloom["log"].splitlines() if "holds nothing yet" in x)
     assert "'site:dupefilter' is a scrapy-redis fingerprint set of 200" in warning
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [(0, "0 B"), (1023, "1,023 B"), (20_971_827, "20.0 MiB"), (17.1 * 2**20, "17.1 MiB"),
+     (3 * 2**30, "3.0 GiB"), (5 * 2**40, "5.0 TiB")],
+)  # fmt: skip
+def test_memory_is_written_one_way(size, shown):
+    from scrapy_dedup_suite.config import human_bytes
+
+    assert human_bytes(size) == shown
