@@ -3,6 +3,7 @@ what to check, and a documented exit code, from a crawl and from each command.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +72,7 @@ def test_a_crawl_whose_redis_is_unreachable_stops_with_one_line(tmp_path, dead_u
         ("migrate-set-to-bloom", ["--spider", "s"]),
         ("migrate-set-to-bloom", ["--spider", "s", "--dry-run"]),
         ("dedup-janitor", ["--spider", "s", "--once"]),
+        ("dedup-info", ["--spider", "s"]),
     ],
 )
 def test_a_command_whose_redis_is_unreachable_exits_6_with_one_line(dead_url, command, args):
@@ -144,3 +146,40 @@ def test_memory_is_written_one_way(size, shown):
     from scrapy_dedup_suite.config import human_bytes
 
     assert human_bytes(size) == shown
+
+
+def test_dedup_info_shows_what_each_backend_holds(redis_server):
+    from scrapy_dedup_suite.backends import BloomBackend, HashBackend, SetBackend
+    from scrapy_dedup_suite.bloom_math import BloomParams
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    fps = fingerprints(300, "info")
+    SetBackend(client, "site:dupefilter").add_many(fps)
+    hashes = HashBackend(client, "site:dedup-hash", shards=4)
+    hashes.open()
+    hashes.add_many(fps[:100], expire=0.001)
+    hashes.add_many(fps[100:], expire=3600)
+    bloom = BloomBackend(client, "site:bloomfilter", BloomParams.from_capacity(50_000, 0.001))
+    bloom.open()
+    bloom.add_many(fps)
+    before = sorted(client.scan_iter())
+    url = redis_server.url
+    common = ["--spider", "site", "-s", f"REDIS_URL={url}", "-s", "DEDUP_HASH_SHARDS=4"]
+    text = scrapy_cmd("dedup-info", *common)
+    assert text.returncode == 0, text.stderr[-2000:]
+    out = text.stdout
+    assert "set (DEDUP_BACKEND) at 'site:dupefilter': 1 key(s)" in out
+    assert "300 fingerprints (exact)" in out
+    assert "300 fields in 4 shard(s)" in out and "100 of 300 sampled expired" in out
+    # The bloom filter was made for another capacity than the settings': shown as stored.
+    assert "bloom at 'site:bloomfilter': stored with other parameters" in out
+    assert "capacity: stored '50,000', configured '10,000,000'" in out
+    assert "windowed-bloom at 'site:windowed-bloom': nothing stored" in out
+    as_json = scrapy_cmd("dedup-info", *common, "-s", "DEDUP_BLOOM_CAPACITY=50000", "--json")
+    found = json.loads(as_json.stdout)
+    assert found["bloom"]["stored"] and 290 < found["bloom"]["estimated_items"] < 310
+    assert found["hash"]["expired_in_sample"] == 100
+    assert found["windowed-bloom"]["stored"] is False
+    # It only reads: the keys are those written above, and no more.
+    assert sorted(client.scan_iter()) == before

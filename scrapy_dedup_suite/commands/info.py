@@ -1,0 +1,178 @@
+"""``scrapy dedup-info``: what is stored for a spider, under every backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.settings import Settings
+
+from ..backends import BACKENDS, build_backend, dupefilter_key
+from ..backends.base import PURGE_EXPIRED, as_str
+from ..config import human_bytes
+from ..connection import UNREACHABLE, get_redis, redis_source, unreachable
+from ..exceptions import DedupError
+from . import spider_settings
+
+#: Fields of a hash shard read per shard to estimate how many have expired.
+SAMPLE = 1000
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "--spider NAME [--json]"
+
+    def short_desc(self) -> str:
+        return "Show what is stored for a spider's dupefilter, under every backend"
+
+    def long_desc(self) -> str:
+        return (
+            "For the operator who wonders why a crawl filtered everything or nothing: for "
+            "each backend (set, hash, bloom, windowed-bloom), at the key it would use for "
+            "this spider, what Redis holds: keys, types, memory, fingerprints or fill, "
+            "layers, buckets and their expiry, hash fields and the share expired; the "
+            "parameters a filter was created with when they differ from the settings. Reads "
+            "only. Exit codes: 0 done, 1 error, 2 usage, 6 Redis unreachable."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="What to show")
+        group.add_argument("--spider", metavar="NAME", help="the spider whose dupefilter to show")
+        group.add_argument("--json", action="store_true", help="print it as JSON")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if args:
+            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+        if not opts.spider:
+            raise UsageError("Say which spider: --spider NAME")
+        settings = spider_settings(self.settings, opts.spider, "as the crawl uses it")
+        server = get_redis(settings)
+        try:
+            found = inspect(settings, opts.spider, server)
+        except UNREACHABLE as exc:
+            error = unreachable(server, exc, redis_source(settings), "for dedup-info")
+            print(f"dedup-info: {error}", file=sys.stderr)
+            self.exitcode = error.exit_code
+            return
+        except DedupError as exc:
+            print(f"dedup-info: {exc}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        if opts.json:
+            print(json.dumps(found, default=str), flush=True)
+        else:
+            print(render(opts.spider, found), flush=True)
+
+
+def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
+    """Per backend: its key and what is stored there (``stored``: False if nothing)."""
+    chosen = settings.get("DEDUP_BACKEND") or "set"
+    out: dict[str, Any] = {}
+    for name in BACKENDS:
+        key = dupefilter_key(settings, name, spider)
+        entry: dict[str, Any] = {"key": key, "configured": name == chosen}
+        one = settings.copy()
+        one.set("DEDUP_BACKEND", name, priority="cmdline")
+        backend = build_backend(one, spider, server=server, key=key)
+        try:
+            stored = backend.verify()
+        except DedupError as exc:
+            # Stored with other parameters (or damaged): show what the record says.
+            record = server.hgetall(f"{key}:meta")
+            entry.update(
+                stored=True,
+                problem=str(exc),
+                record={as_str(k): as_str(v) for k, v in record.items()},
+            )
+            out[name] = entry
+            continue
+        entry["stored"] = stored
+        if stored:
+            info = backend.info()
+            info.pop("key", None)
+            entry.update(info)
+            if PURGE_EXPIRED in backend.capabilities:
+                entry.update(expired_share(server, backend.purge_keys()))
+        out[name] = entry
+    return out
+
+
+def expired_share(server: Any, shards: list[str]) -> dict[str, Any]:
+    """Of up to SAMPLE random fields per shard, how many have expired (server time)."""
+    seconds, micros = server.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    sampled = expired = 0
+    for shard in shards:
+        flat = server.hrandfield(shard, SAMPLE, withvalues=True) or []
+        values = flat[1::2]
+        sampled += len(values)
+        expired += sum(1 for v in values if as_str(v).isdigit() and int(as_str(v)) <= now_ms)
+    return {"fields_sampled": sampled, "expired_in_sample": expired}
+
+
+def render(spider: str, found: dict[str, Any]) -> str:
+    lines = [f"dupefilter of spider {spider!r}:"]
+    for name, e in found.items():
+        mark = " (DEDUP_BACKEND)" if e["configured"] else ""
+        head = f"  {name}{mark} at {e['key']!r}: "
+        if not e["stored"]:
+            lines.append(head + "nothing stored")
+            continue
+        if "problem" in e:
+            lines.append(head + f"stored with other parameters: {e['record']}")
+            lines.append(f"    {e['problem']}")
+            continue
+        memory = human_bytes(e.get("memory_bytes", 0))
+        lines.append(head + f"{e['keys']} key(s), {memory}")
+        if "fingerprints" in e:
+            lines.append(f"    {e['fingerprints']:,} fingerprints (exact)")
+        if "fields" in e:
+            share = (
+                f", {e['expired_in_sample']:,} of {e['fields_sampled']:,} sampled expired"
+                if e.get("fields_sampled")
+                else ""
+            )
+            lines.append(
+                f"    {e['fields']:,} fields in {e['shards']} shard(s), expiry "
+                f"{e['expire']:g} s{share} (the janitor purges expired ones)"
+            )
+        if "capacity" in e:
+            lines.append(_bloom_line(e, e["capacity"]))
+        for bucket in e.get("buckets", []):
+            if not bucket["exists"]:
+                continue
+            ttl = bucket["ttl_ms"] / 1000
+            lines.append(
+                f"    bucket {bucket['label']}{' (current)' if bucket['current'] else ''}: "
+                f"fill {bucket['fill_ratio']:.2%}, about {bucket['estimated_items']:,.0f} "
+                f"items, expires in {ttl:,.0f} s"
+            )
+        if "capacity_per_bucket" in e:
+            lines.append(
+                f"    {e['window_count']} buckets of one {e['window']} ({e['window_tz']}), "
+                f"{e['capacity_per_bucket']:,} fingerprints each at {e['error_rate']:.3g}"
+            )
+        for layer in e.get("layers", []):
+            lines.append(
+                f"    layer {layer['layer']} holds {layer['items']:,} of "
+                f"{layer['capacity']:,} items ({layer['fill_ratio']:.0%} of its bits set)"
+            )
+    return "\n".join(lines)
+
+
+def _bloom_line(e: dict[str, Any], capacity: int) -> str:
+    return (
+        f"    capacity {capacity:,} at error rate {e['error_rate']:.3g}, {e['blocks']} "
+        f"block(s); fill {e['fill_ratio']:.2%}, about {e['estimated_items']:,.0f} items, "
+        f"false-positive rate now {e['estimated_error_rate']:.3g}"
+    )
