@@ -20,7 +20,7 @@ from .set_to_bloom import MigrationError, Progress, SetToBloom
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ("bloom", "windowed-bloom")
+TARGETS = ("bloom", "windowed-bloom", "hash")
 
 
 class Command(ScrapyCommand):
@@ -32,14 +32,16 @@ class Command(ScrapyCommand):
         return "(--spider NAME | --source KEY --target KEY) [options]"
 
     def short_desc(self) -> str:
-        return "Convert a scrapy-redis fingerprint set into the bits of a Bloom filter"
+        return "Convert a scrapy-redis fingerprint set into a Bloom filter (or the hash backend)"
 
     def long_desc(self) -> str:
         return (
             "Reads every fingerprint of a scrapy-redis dupefilter set and sets its bits in the "
             "Bloom filter the bloom (or windowed-bloom) backend will use, with the parameters "
             "of the project's settings (DEDUP_BLOOM_CAPACITY, DEDUP_BLOOM_ERROR_RATE, ...), so "
-            "that the crawl filters everything the set recorded. Crawlers may keep running. "
+            "that the crawl filters everything the set recorded; with --to hash, into the hash "
+            "backend instead (each fingerprint then stays seen for DEDUP_EXPIRE from the "
+            "migration on). Crawlers may keep running. "
             "Exit codes: 0 done, 1 error, 2 usage, 3 source missing or not a set, 4 target "
             "refused (other type, other parameters, too small), 5 verification failed, "
             "6 Redis unreachable."
@@ -60,7 +62,7 @@ class Command(ScrapyCommand):
             "--to",
             choices=TARGETS,
             help="target backend (default DEDUP_BACKEND if it is one of these, else bloom); "
-            "windowed-bloom fills the current bucket",
+            "windowed-bloom fills the current bucket, hash gives each fingerprint DEDUP_EXPIRE",
         )
         group.add_argument(
             "--capacity", type=int, metavar="N", help="DEDUP_BLOOM_CAPACITY for the target"
@@ -133,7 +135,7 @@ class Command(ScrapyCommand):
             plan = migration.plan()
             if opts.dry_run:
                 self._out(opts, {"dry_run": True, "plan": plan.__dict__}, plan.describe())
-                if plan.items_already + plan.new_members > plan.capacity:
+                if plan.capacity and plan.items_already + plan.new_members > plan.capacity:
                     print(
                         "warning: the source exceeds the target's capacity; the real run "
                         "refuses it without --force",

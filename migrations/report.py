@@ -32,6 +32,7 @@ class Plan:
     new_members: int = 0  # members not in the target yet (estimated from a sample)
     bucket: str = ""
     layers: int = 0  # a scalable target: the most layers it may have (0: a fixed filter)
+    expire: float = 0.0  # an exact target (hash): seconds each fingerprint stays seen
 
     def describe(self) -> str:
         where = f" (current bucket {self.bucket})" if self.bucket else ""
@@ -40,10 +41,24 @@ class Plan:
             if self.target_exists
             else "will be created"
         )
+        source = (
+            f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
+            f"about {_mb(self.source_memory)} of Redis memory"
+        )
+        if not self.capacity:  # an exact target (hash)
+            return "\n".join(
+                [
+                    source,
+                    f"target  {self.target!r}: {self.backend} filter in {self.blocks} "
+                    f"shard(s), {existing}",
+                    f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
+                    f"exact; each stays seen for {self.expire:,.0f} s (DEDUP_EXPIRE) from now",
+                    "writes  through the filter's own script, in batches",
+                ]
+            )
         return "\n".join(
             [
-                f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
-                f"about {_mb(self.source_memory)} of Redis memory",
+                source,
                 f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
                 f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
                 f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "

@@ -1,4 +1,5 @@
-"""Convert a scrapy-redis fingerprint set into the bits of a Bloom filter.
+"""Convert a scrapy-redis fingerprint set into the bits of a Bloom filter (or into
+the hash backend, through its own check-and-add).
 
 How it runs (:meth:`SetToBloom.run`):
 
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Union
 
-from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
 from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, chunks, migration_state_key
 from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
@@ -74,7 +75,7 @@ class VerificationError(MigrationError):
     exit_code = 5
 
 
-Target = Union[BloomBackend, WindowedBloomBackend]
+Target = Union[BloomBackend, WindowedBloomBackend, HashBackend]
 
 
 class SetToBloom:
@@ -94,10 +95,10 @@ class SetToBloom:
     ) -> None:
         if verify not in ("sample", "all"):
             raise MigrationError(f"verify must be 'sample' or 'all', got {verify!r}")
-        if BULK_TARGET not in target.capabilities:
+        if target.name == "set":
             raise TargetError(
-                f"The {target.name} backend cannot take a set's fingerprints as Bloom bits; "
-                "choose a Bloom target (--backend bloom or windowed-bloom)"
+                "The target is a set: the source already is what the set backend reads. "
+                "Choose bloom, windowed-bloom or hash (--to)."
             )
         self.target = target
         self.server = target.server
@@ -112,11 +113,18 @@ class SetToBloom:
         # How the members are written (writers.py): a fixed filter's bits in bulk; a
         # scalable one through its script, unless this migration creates it (then in
         # bulk into a first layer sized for the set: see _size_first_layer).
+        # A Bloom target takes bits in bulk (BULK_TARGET); any other (hash) is written
+        # through its own check-and-add.
+        self.bulk = BULK_TARGET in target.capabilities
         self.mode = self._default_mode()
         self.writer: Writer | None = None
+        #: The members the target can hold (Bloom backends hash hex digests only).
+        self.accepts: Callable[[str], bool] = (
+            is_hex_fingerprint if target.is_bloom else (lambda member: True)
+        )
 
     def _default_mode(self) -> str:
-        return "bulk" if self.target.scaling is None else "script"
+        return "bulk" if self.bulk and getattr(self.target, "scaling", None) is None else "script"
 
     @property
     def params(self) -> BloomParams:
@@ -141,10 +149,12 @@ class SetToBloom:
         source_memory = int(self.server.memory_usage(self.source) or 0)
         try:
             exists = self.target.verify()
-            if not exists:
+            if not exists and self.bulk:
                 self._size_first_layer(members)
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
+        if not self.bulk:
+            return self._exact_plan(members, source_memory, exists)
         # Where the bits go (a time bucket's label, or "") and what is there already.
         bucket, already = self.target.bulk_fill()
         # Members already in the target (a resumed or repeated run) add nothing:
@@ -152,7 +162,7 @@ class SetToBloom:
         new_members = members
         if exists and members:
             sample = [as_str(m) for m in self.server.srandmember(self.source, 2000)]
-            sample = [m for m in sample if is_hex_fingerprint(m)]
+            sample = [m for m in sample if self.accepts(m)]
             if sample:
                 present = sum(self.target.contains_many(sample)) / len(sample)
                 new_members = round(members * (1 - present))
@@ -185,6 +195,31 @@ class SetToBloom:
         )
         return plan
 
+    def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
+        """The plan for an exact target (hash): no capacity, no false positives; each
+        fingerprint stays seen for the target's expiry from the migration on."""
+        info = self.target.info() if exists else {}
+        already = float(info.get("fields", 0))
+        return Plan(
+            source=self.source,
+            target=self.target.key,
+            backend=self.target.name,
+            members=members,
+            source_memory=source_memory,
+            capacity=0,
+            error_rate=0.0,
+            bits=0,
+            hashes=0,
+            blocks=int(getattr(self.target, "shards", 1)),
+            # About what the set takes (a field and its expiry against a member).
+            target_memory=source_memory,
+            target_exists=exists,
+            items_already=already,
+            resulting_error_rate=0.0,
+            new_members=members,
+            expire=float(getattr(self.target, "expire", 0.0)),
+        )
+
     def _size_first_layer(self, members: int) -> None:
         """A scalable target created by the migration gets a first layer that holds
         the whole set at the designed rate (or the configured one, if larger), with
@@ -210,6 +245,8 @@ class SetToBloom:
         self.target.resize_first_layer(first)
 
     def check_capacity(self, plan: Plan) -> None:
+        if not plan.capacity:  # an exact target has no capacity to exceed
+            return
         if plan.items_already + plan.new_members > plan.capacity and not self.force:
             raise TargetError(
                 f"The target is too small: {plan.new_members:,} new fingerprints"
@@ -250,7 +287,7 @@ class SetToBloom:
                     f"{self.state_key!r} records a migration from {state.get('source')!r}, not "
                     f"{self.source!r}; run without --resume to start this one from the beginning"
                 )
-        planned = planned_first or self.target.params.capacity
+        planned = planned_first or (self.params.capacity if self.bulk else 0)
         self.target.open()  # creates the parameter record and allocates bitmaps
         if self.mode == "bulk-layered" and self.target.params.capacity != planned:
             # A crawler created the scalable filter between the plan and now (or
@@ -265,8 +302,8 @@ class SetToBloom:
                 f"{planned:,}",
             )
             self.mode = "script"
-        # Leftovers of an interrupted bulk run: a round is uploaded whole.
-        BitsWriter.delete_temporaries(self.target)
+        if self.bulk:  # leftovers of an interrupted bulk run: a round is uploaded whole
+            BitsWriter.delete_temporaries(self.target)
         writer = self.writer = WRITERS[self.mode](self)
         self.server.hset(
             self.state_key,
@@ -305,7 +342,7 @@ class SetToBloom:
         before = int(self.server.memory_usage(self.source) or 0)
         for _, batch in self.scan(0):
             members = [as_str(m) for m in batch]
-            good = [m for m in members if is_hex_fingerprint(m)]
+            good = [m for m in members if self.accepts(m)]
             found = self.target.contains_many(good)
             held = [m for m, ok in zip(good, found) if ok]
             for part in chunks(held, self.batch):
@@ -368,7 +405,7 @@ class SetToBloom:
                 for m in self.server.srandmember(self.source, self.sample)
                 if as_str(m) not in report.skipped
             ]
-            sample = [m for m in sample if is_hex_fingerprint(m)]
+            sample = [m for m in sample if self.accepts(m)]
             found = self.target.contains_many(sample)
             missing = [fp for fp, ok in zip(sample, found) if not ok]
             checked = len(sample)

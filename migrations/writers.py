@@ -69,8 +69,9 @@ class ScriptWriter(Writer):
             cursor = next_cursor
             read += len(batch)
             members = [as_str(m) for m in batch]
-            good = [m for m in members if is_hex_fingerprint(m)]
-            report.skipped += [m for m in members if not is_hex_fingerprint(m)]
+            accepts = self.migration.accepts
+            good = [m for m in members if accepts(m)]
+            report.skipped += [m for m in members if not accepts(m)]
             self.target.add_many(good)
             self._progress(report, read)
         return cursor, read
@@ -80,7 +81,7 @@ class ScriptWriter(Writer):
         missing: list[str] = []
         checked = 0
         for _, batch in self.migration.scan(0):
-            members = [m for m in (as_str(x) for x in batch) if is_hex_fingerprint(m)]
+            members = [m for m in (as_str(x) for x in batch) if self.migration.accepts(m)]
             found = self.target.contains_many(members)
             missing += [m for m, ok in zip(members, found) if not ok]
             checked += len(members)

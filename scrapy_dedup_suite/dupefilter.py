@@ -318,11 +318,11 @@ class RFPDupeFilter(BaseDupeFilter):
         chosen = self.backend.name
         advice = []
         for name, _key, _what in found:
-            if name == "set" and chosen in ("bloom", "windowed-bloom"):
+            if name == "set" and chosen in ("bloom", "windowed-bloom", "hash"):
                 advice.append(
                     f"convert the set with `scrapy migrate-set-to-bloom --spider "
-                    f"{self.spider_name}` (DEDUP_BACKEND = {chosen!r}), or set DEDUP_BACKEND = "
-                    "'set' to go on with it"
+                    f"{self.spider_name} --to {chosen}`, or set DEDUP_BACKEND = 'set' to go on "
+                    "with it"
                 )
             else:
                 advice.append(f"set DEDUP_BACKEND = {name!r} to go on with it")

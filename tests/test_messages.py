@@ -111,14 +111,15 @@ def test_an_empty_filter_beside_another_backends_fingerprints_warns(tmp_path, si
     second = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom")
     warning = next(x for x in second["log"].splitlines() if "holds nothing yet" in x)
     assert "'site:dupefilter' is a scrapy-redis fingerprint set of 200" in warning
-    assert "`scrapy migrate-set-to-bloom --spider site`" in warning
+    assert "`scrapy migrate-set-to-bloom --spider site --to bloom`" in warning
     assert second["stats"]["dedup/added"] == site.pages  # re-crawled, as the warning said
-    # hash after bloom and set: both named, and no conversion offered for hash.
+    # hash after bloom and set: both named, the set's conversion into hash offered.
     third = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "hash"}, "hash")
     warning = next(x for x in third["log"].splitlines() if "holds nothing yet" in x)
     assert "site:bloomfilter:meta records a bloom filter" in warning
     assert "set DEDUP_BACKEND = 'bloom' to go on with it" in warning
     assert "set DEDUP_BACKEND = 'set' to go on with it" in warning
+    assert "`scrapy migrate-set-to-bloom --spider site --to hash`" in warning
     # A filter that holds fingerprints is not warned about.
     again = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "bloom"}, "bloom-again")
     assert "holds nothing yet" not in again["log"]
@@ -183,3 +184,21 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     assert found["windowed-bloom"]["stored"] is False
     # It only reads: the keys are those written above, and no more.
     assert sorted(client.scan_iter()) == before
+
+
+def test_the_set_converts_into_hash_from_the_command_line(tmp_path, site, redis_server):
+    """The conversion the warning offers for hash, then a crawl that filters it all."""
+    base = {"REDIS_URL": redis_server.url, "DEDUP_HASH_SHARDS": 4}
+    redis.Redis.from_url(redis_server.url).flushall()
+    crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "set"}, "set")
+    args = ["--spider", "site", "--to", "hash", "-s", f"REDIS_URL={redis_server.url}"]
+    dry = scrapy_cmd("migrate-set-to-bloom", *args, "--dry-run", "-s", "DEDUP_HASH_SHARDS=4")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert "exact; each stays seen for 604,800 s (DEDUP_EXPIRE)" in dry.stdout
+    assert "warning" not in dry.stderr
+    done = scrapy_cmd("migrate-set-to-bloom", *args, "-s", "DEDUP_HASH_SHARDS=4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "migrated 200 fingerprints" in done.stdout
+    again = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "hash"}, "hash")
+    assert "downloader/response_count" not in again["stats"]  # the start page too was seen
+    assert "holds nothing yet" not in again["log"]

@@ -331,15 +331,28 @@ def test_delete_source_removes_only_what_the_target_holds(server):
     assert "kept (not migrated" in report.summary()
 
 
-def test_a_target_without_bulk_bits_is_refused(server):
+def test_a_set_migrates_into_the_hash_backend(server):
     from scrapy_dedup_suite.migrations.set_to_bloom import TargetError
 
-    from scrapy_dedup_suite.backends import HashBackend
+    from scrapy_dedup_suite.backends import HashBackend, SetBackend
 
-    fill_set(server, "src", fingerprints(10))
-    with pytest.raises(TargetError, match="cannot take a set's fingerprints as Bloom bits"):
-        SetToBloom(HashBackend(server, "t:h"), "src")
-    assert server.keys("t:h*") == []
+    members = [*fingerprints(3000), "not-a-hex-digest"]  # hash stores any string
+    fill_set(server, "src", members)
+    target = HashBackend(server, "t:h", shards=4, expire=3600)
+    migration = SetToBloom(target, "src", batch=500, round_size=1000, verify="all")
+    plan = migration.plan()
+    assert plan.capacity == 0 and plan.resulting_error_rate == 0.0
+    assert "exact; each stays seen for 3,600 s (DEDUP_EXPIRE)" in plan.describe()
+    report = migration.run(delete_source=True)
+    assert report.migrated == len(members) and report.verified == len(members)
+    assert report.skipped == [] and report.source_deleted
+    assert all(target.contains_many(members))
+    assert sum(server.hlen(k) for k in target.shard_keys) == len(members)
+    # A set cannot be the target of a set.
+    fill_set(server, "src2", fingerprints(10))
+    with pytest.raises(TargetError, match="Choose bloom, windowed-bloom or hash"):
+        SetToBloom(SetBackend(server, "t:s"), "src2")
+    assert server.keys("t:s*") == []
 
 
 @pytest.mark.subprocess
