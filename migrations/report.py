@@ -66,8 +66,26 @@ class Plan:
                 f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                 f"false-positive rate about {self.resulting_error_rate:.3g}",
                 self._how(),
+                *self._sizing_hint(),
             ]
         )
+
+    def _sizing_hint(self) -> list[str]:
+        """A filter far larger than the set (the default 10,000,000 for a crawl of a few
+        thousand pages): what a capacity sized from the set would take instead."""
+        held = self.items_already + self.new_members
+        if self.layers or self.target_exists or not held or self.capacity < 100 * held:
+            return []
+        from scrapy_dedup_suite.bloom_math import BloomParams
+
+        suggested = max(10_000, int(10 * held))
+        smaller = BloomParams.from_capacity(suggested, self.error_rate).memory_bytes
+        return [
+            f"sizing  the filter is {self.capacity / held:,.0f}x what the set holds: "
+            f"DEDUP_BLOOM_CAPACITY = {suggested} (10x the set, room to grow; or --capacity "
+            f"{suggested}) would take {_mb(smaller)} instead of {_mb(self.target_memory)}. "
+            "A filter's capacity is fixed when it is created."
+        ]
 
     def _how(self) -> str:
         if self.layers:

@@ -202,3 +202,18 @@ def test_the_set_converts_into_hash_from_the_command_line(tmp_path, site, redis_
     again = crawl(tmp_path, site, {**base, "DEDUP_BACKEND": "hash"}, "hash")
     assert "downloader/response_count" not in again["stats"]  # the start page too was seen
     assert "holds nothing yet" not in again["log"]
+
+
+def test_a_dry_run_says_what_the_sets_size_implies(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.sadd("s:dupefilter", *fingerprints(3000, "sizing"))
+    args = ["--spider", "s", "--dry-run", "-s", f"REDIS_URL={redis_server.url}"]
+    default = scrapy_cmd("migrate-set-to-bloom", *args)
+    assert default.returncode == 0, default.stderr[-2000:]
+    hint = next(x for x in default.stdout.splitlines() if x.startswith("sizing"))
+    assert "3,333x what the set holds" in hint
+    assert "DEDUP_BLOOM_CAPACITY = 30000" in hint and "instead of 17.1 MiB" in hint
+    sized = scrapy_cmd("migrate-set-to-bloom", *args, "--capacity", "30000")
+    assert "sizing" not in sized.stdout  # a capacity that fits: nothing to say
+    assert client.keys("s:bloomfilter*") == []  # a dry run writes nothing
