@@ -68,6 +68,28 @@ def reset(redis_url: str, spider: str, backend: str) -> None:
     redis.Redis.from_url(redis_url).delete(f"{spider}:requests")
 
 
+def site_port_problem(extra: list[str]) -> str:
+    """Why the example site cannot be served (its port taken), or "" if it can: the
+    spider would fail at start and the table would be all zeros."""
+    sys.path.insert(0, str(HERE))
+    from example import settings as project
+    from example.site import make_server
+
+    port = project.EXAMPLE_SITE_PORT
+    for setting in extra:
+        name, _, value = setting.partition("=")
+        if name == "EXAMPLE_SITE_PORT":
+            port = int(value)
+    try:
+        make_server(port, 1, 1).server_close()
+    except OSError as exc:
+        return (
+            f"cannot serve the example site on 127.0.0.1:{port} ({exc.strerror or exc}); "
+            "stop what uses that port, or pass -s EXAMPLE_SITE_PORT=<a free port>"
+        )
+    return ""
+
+
 def print_table(rows: list[dict], title: str) -> None:
     from scrapy_dedup_suite.summary import table
 
@@ -89,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     opts = parser.parse_args(argv)
     extra = opts.settings
+    problem = site_port_problem(extra)
+    if problem:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 1
 
     with ExitStack() as stack:
         url = os.environ.get("REDIS_URL")

@@ -64,3 +64,24 @@ def test_migration_demo_filters_everything_after_migrating(redis_server, server,
     assert (set_run["backend"], set_run["new"]) == ("set", PAGES)
     assert (bloom_run["backend"], bloom_run["new"], bloom_run["filtered"]) == ("bloom", 0, 1)
     assert f"migrated {PAGES} fingerprints from 'example-site:dupefilter'" in result["stdout"]
+
+
+def test_a_taken_site_port_fails_with_one_line(redis_server, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "example_project" / "run.py"), "--backend", "set",
+             "-s", f"EXAMPLE_SITE_PORT={port}"],
+            env={**os.environ, "REDIS_URL": redis_server.url}, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"demo: cannot serve the example site on 127.0.0.1:{port} (Address already in use); "
+        "stop what uses that port, or pass -s EXAMPLE_SITE_PORT=<a free port>"
+    ]
+    assert proc.stdout == ""  # no table of zeros
