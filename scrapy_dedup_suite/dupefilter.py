@@ -8,6 +8,7 @@ with :meth:`RFPDupeFilter.from_crawler`, then ``open()`` and ``close(reason)``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 import weakref
 from collections import OrderedDict
@@ -194,6 +195,10 @@ class RFPDupeFilter(BaseDupeFilter):
         self.others: dict[str, str] = {}
         self.spider_name = ""
         self._uses_expire = backend.uses_expire
+        #: When a crawl has run longer than the filter's expiry (DEDUP_EXPIRE), pages
+        #: it saw first are new again: said once (see _check_age). Injectable clock.
+        self.clock: Callable[[], float] = time.monotonic
+        self._age_limit = math.inf
         self._bad_expire_logged = False
         self._filtered_stats = ["dupefilter/filtered", "dedup/filtered"]
         if backend.is_bloom:
@@ -296,6 +301,8 @@ class RFPDupeFilter(BaseDupeFilter):
             self.backend.open()
             if empty:
                 self._warn_of_other_filters()
+            if self._uses_expire:
+                self._age_limit = self.clock() + float(getattr(self.backend, "expire", math.inf))
         except UNREACHABLE as exc:
             raise unreachable(
                 self.backend.server,
@@ -307,6 +314,17 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.stats is not None:
             self.stats.set_value("dedup/backend", self.backend.name)
         self.logger.info("Dupefilter: %s backend at %r", self.backend.name, self.backend.key)
+
+    def _warn_of_age(self) -> None:
+        self._age_limit = math.inf  # once
+        self.logger.warning(
+            "This crawl has run longer than DEDUP_EXPIRE (%s s): the fingerprints it "
+            "recorded first have expired, so their pages count as new again, and a site "
+            "whose pages link to each other is crawled again and again. Raise DEDUP_EXPIRE "
+            "above the crawl's length (or use request.meta['dedup_expire'] for the pages "
+            "that should come back sooner).",
+            f"{getattr(self.backend, 'expire', 0):g}",
+        )
 
     def _warn_of_other_filters(self) -> None:
         """This filter held nothing: if another backend holds this spider's
@@ -362,7 +380,11 @@ class RFPDupeFilter(BaseDupeFilter):
         if known is not None and fp in known:
             self._count_filtered(0, cached=1)
             return True
-        expire = self._expire(request) if self._uses_expire else None
+        expire = None
+        if self._uses_expire:
+            expire = self._expire(request)
+            if self.clock() > self._age_limit:
+                self._warn_of_age()
         backend = self.backend
         try:
             if not backend.opened:

@@ -300,3 +300,19 @@ def test_log_first_duplicate_then_only_with_debug(redis_server, server, caplog):
     for r in requests(3):
         df.log(r, spider)
     assert caplog.text.count("Filtered duplicate request") == 3
+
+
+def test_a_crawl_longer_than_the_expiry_is_warned_of_once(redis_server, server, caplog):
+    df = make(redis_server, DEDUP_BACKEND="hash", DEDUP_EXPIRE=60)
+    now = [1000.0]
+    df.clock = lambda: now[0]
+    df.open()  # the crawl's age counts from here
+    with caplog.at_level("WARNING"):
+        df.request_seen(requests(1)[0])
+        now[0] += 59
+        df.request_seen(requests(2)[1])
+        assert "longer than DEDUP_EXPIRE" not in caplog.text
+        now[0] += 2
+        df.request_seen(requests(3)[2])
+        df.request_seen(requests(4)[3])
+    assert caplog.text.count("This crawl has run longer than DEDUP_EXPIRE (60 s)") == 1
