@@ -196,7 +196,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.spider_name = ""
         self._uses_expire = backend.uses_expire
         #: When a crawl has run longer than the filter's expiry (DEDUP_EXPIRE), pages
-        #: it saw first are new again: said once (see _check_age). Injectable clock.
+        #: it saw first are new again: said once (_warn_of_age). Injectable clock.
         self.clock: Callable[[], float] = time.monotonic
         self._age_limit = math.inf
         self._bad_expire_logged = False
