@@ -22,7 +22,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrapy.settings import BaseSettings
 
@@ -68,9 +68,7 @@ class WindowedBloomBackend(BlockedBloom):
         self._server_then = 0.0
         self._mono_then = -math.inf
         # Cached for the current bucket: the live keys of each block.
-        self._valid_from = self._valid_until = 0.0
-        self._expire_at = 0.0
-        self._keys: list[list[str]] = []
+        self._live = _Live(0.0, 0.0, 0.0, [])
         # {K:block}:label, and for a scalable filter its :L<j> layers and :layers record.
         self._bucket_re = re.compile(
             "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:")
@@ -106,15 +104,23 @@ class WindowedBloomBackend(BlockedBloom):
 
     def live_keys(self, now: float | None = None) -> list[list[str]]:
         """For each block, the keys of the live buckets, the current one first."""
-        now = self.now() if now is None else now
-        if not self._valid_from <= now < self._valid_until:
-            live = self.window.live(now)
-            self._keys = [
-                [self.bucket_key(b, bucket) for bucket in live] for b in range(self.params.blocks)
+        return self._live_at(self.now() if now is None else now).keys
+
+    def _live_at(self, now: float) -> _Live:
+        """The live buckets at ``now`` and when the current one expires, one snapshot
+        (replaced whole when the bucket changes: a batch thread and the reactor may
+        both read it)."""
+        live = self._live
+        if not live.valid_from <= now < live.valid_until:
+            buckets = self.window.live(now)
+            keys = [
+                [self.bucket_key(b, bucket) for bucket in buckets]
+                for b in range(self.params.blocks)
             ]
-            self._valid_from, self._valid_until = live[0].start, live[0].end
-            self._expire_at = self.window.expire_at(now)
-        return self._keys
+            live = self._live = _Live(
+                buckets[0].start, buckets[0].end, self.window.expire_at(now), keys
+            )
+        return live
 
     # -- the interface -------------------------------------------------------------------
 
@@ -124,19 +130,16 @@ class WindowedBloomBackend(BlockedBloom):
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
 
-    def _ttl_ms(self, now: float) -> int:
-        return max(1, int((self._expire_at - now) * 1000))
-
-    def add_context(self) -> float:
+    def add_context(self) -> tuple[float, _Live]:
         now = self.now()
-        self.live_keys(now)
-        return now
+        return now, self._live_at(now)
 
-    def filters(self, context: Any) -> list[list[str]]:
-        return self.live_keys(context)
+    def filters(self, context: tuple[float, _Live]) -> list[list[str]]:
+        return context[1].keys
 
-    def ttl_ms(self, context: Any) -> int:
-        return self._ttl_ms(context)
+    def ttl_ms(self, context: tuple[float, _Live]) -> int:
+        now, live = context
+        return max(1, int((live.expire_at - now) * 1000))
 
     def label_of(self, key: str) -> str | None:
         """The bucket label in a key of this filter (bucket, layer or layer record)."""
@@ -174,8 +177,8 @@ class WindowedBloomBackend(BlockedBloom):
 
     def bulk_target(self, block: int) -> tuple[str, int]:
         """The current bucket of ``block``, with the expiry it must carry."""
-        now = self.now()
-        return self.live_keys(now)[block][0], self._ttl_ms(now)
+        context = self.add_context()
+        return self.filters(context)[block][0], self.ttl_ms(context)
 
     def bulk_fill(self) -> tuple[str, float]:
         current = self.info()["buckets"][0]
@@ -241,6 +244,13 @@ class WindowedBloomBackend(BlockedBloom):
             buckets=buckets,
         )
         return info
+
+
+class _Live(NamedTuple):
+    valid_from: float
+    valid_until: float
+    expire_at: float
+    keys: list[list[str]]
 
 
 def _glob_escape(text: str) -> str:
