@@ -305,10 +305,10 @@ class Scalable(Shape):
         return out
 
     def report(self, server: Any, bases: Sequence[str]) -> dict[str, Any]:
-        bits = sum(bitmap_fill(server, key, self.params.block_bits) for key in bases)
         layers = self.layer_report(server, bases)
+        # Every block uses the first layer: its bits are counted there once.
         return {
-            **fill_report(self.params, bits),
+            **fill_report(self.params, layers[0]["set_bits"]),
             "layers": layers,
             # Over the layers in use, the rate their fill implies, summed.
             "estimated_error_rate": min(1.0, sum(x["estimated_error_rate"] for x in layers)),
