@@ -14,7 +14,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import (
     AskError,
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 #: Redis failures that follow DEDUP_ON_ERROR (connection lost, timeout, server
@@ -262,8 +264,8 @@ class RFPDupeFilter(BaseDupeFilter):
             on_error=options.on_error,
             retries=options.retries,
             local_cache=options.local_cache,
+            settings=settings,
         )
-        df.redis_source = redis_source(settings)
         if spider_name:
             df.others = other_filters(settings, spider_name, backend.name)
             df.spider_name = spider_name
@@ -297,9 +299,8 @@ class RFPDupeFilter(BaseDupeFilter):
         Redis cannot be reached (DEDUP_ON_ERROR applies to requests, not to this check:
         a filter must not be used before its parameters are known)."""
         try:
-            empty = bool(self.others) and not self.backend.verify()
             self.backend.open()
-            if empty:
+            if self.others and not self.backend.held_data:
                 self._warn_of_other_filters()
             if self._uses_expire:
                 self._age_limit = self.clock() + float(getattr(self.backend, "expire", math.inf))
@@ -481,18 +482,12 @@ class RFPDupeFilter(BaseDupeFilter):
             if not self._transient(exc):
                 raise self._translate(exc, fingerprints[0]) from exc
             error: Exception = exc
-        retries = 0
+        again, retries, error = self._retry(
+            lambda: backend.check_and_add_many(fingerprints, expires), fingerprints[0], error
+        )
+        if again is not None:
+            return BatchResult([False] * len(again), again, retries)
         if self.on_error == "raise":
-            for _ in range(self.retries):
-                retries += 1
-                try:
-                    again = backend.check_and_add_many(fingerprints, expires)
-                except FAILURES as exc:
-                    if not self._transient(exc):
-                        raise self._translate(exc, fingerprints[0]) from exc
-                    error = exc
-                    continue
-                return BatchResult([False] * len(again), again, retries)
             raise DedupBackendError(
                 f"Redis failed while checking a batch of {len(fingerprints)} request(s) against "
                 f"the {backend.name} dupefilter at {backend.key!r}, also after {self.retries} "
@@ -573,20 +568,13 @@ class RFPDupeFilter(BaseDupeFilter):
         trusted, and the request counts as new (``dedup/ambiguous``). A request let
         through unchecked counts in ``dedup/errors`` only.
         """
-        if self.on_error == "raise":
-            for _ in range(self.retries):
-                if self.stats is not None:
-                    self.stats.inc_value("dedup/retries")
-                try:
-                    seen = self.backend.check_and_add(fp, expire)
-                except FAILURES as again:
-                    if not self._transient(again):
-                        raise self._translate(again, fp) from again
-                    exc = again
-                    continue
-                if self.stats is not None:
-                    self.stats.inc_value("dedup/ambiguous" if seen else "dedup/added")
-                return False
+        seen, retries, exc = self._retry(lambda: self.backend.check_and_add(fp, expire), fp, exc)
+        if self.stats is not None and retries:
+            self.stats.inc_value("dedup/retries", retries)
+        if seen is not None:
+            if self.stats is not None:
+                self.stats.inc_value("dedup/ambiguous" if seen else "dedup/added")
+            return False
         if self.stats is not None:
             self.stats.inc_value("dedup/errors")
         if self.on_error == "raise":
@@ -600,6 +588,25 @@ class RFPDupeFilter(BaseDupeFilter):
             {"request": request, "error": exc},
         )
         return False
+
+    def _retry(
+        self, attempt: Callable[[], T], fp: str, error: Exception
+    ) -> tuple[T | None, int, Exception]:
+        """After ``error``, a transient failure: with DEDUP_ON_ERROR='raise', call
+        ``attempt`` again at once (the reactor must not sleep), up to
+        DEDUP_ERROR_RETRIES times. Returns its answer (None if every retry failed, or
+        none was made), the retries made and the last error. Touches no stats (the
+        batch path runs it in a thread)."""
+        if self.on_error != "raise":
+            return None, 0, error
+        for retries in range(1, self.retries + 1):
+            try:
+                return attempt(), retries, error
+            except FAILURES as exc:
+                if not self._transient(exc):
+                    raise self._translate(exc, fp) from exc
+                error = exc
+        return None, self.retries, error
 
     def _translate(self, exc: Exception, fp: str) -> Exception:
         if isinstance(exc, DedupError):

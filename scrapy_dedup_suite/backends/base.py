@@ -83,11 +83,11 @@ def cluster_node_error(exc: Exception) -> DedupConfigError:
     )
 
 
-#: The setting (and command option) behind each field of a parameter record.
+#: The setting behind each field of a parameter record ...
 FIELD_SETTINGS = {
-    "capacity": "DEDUP_BLOOM_CAPACITY, or --capacity of migrate-set-to-bloom",
-    "error_rate": "DEDUP_BLOOM_ERROR_RATE, or --error-rate",
-    "compound_error_rate": "DEDUP_BLOOM_ERROR_RATE, or --error-rate",
+    "capacity": "DEDUP_BLOOM_CAPACITY",
+    "error_rate": "DEDUP_BLOOM_ERROR_RATE",
+    "compound_error_rate": "DEDUP_BLOOM_ERROR_RATE",
     "blocks": "DEDUP_BLOOM_BLOCKS",
     "expansion": "DEDUP_BLOOM_EXPANSION",
     "tightening": "DEDUP_BLOOM_TIGHTENING",
@@ -97,10 +97,22 @@ FIELD_SETTINGS = {
     "window_count": "DEDUP_WINDOW_COUNT",
     "window_tz": "DEDUP_WINDOW_TZ",
 }
+#: ... and the command option that sets it too.
+FIELD_OPTIONS = {
+    "capacity": "--capacity of migrate-set-to-bloom",
+    "error_rate": "--error-rate",
+    "compound_error_rate": "--error-rate",
+}
 
 #: Record fields computed from others: a Bloom filter's bits and hashes follow from
 #: its capacity, error rate and blocks, which are what a user sets.
 DERIVED = {"block_bits": ("capacity", "error_rate", "blocks"), "hashes": ("capacity", "error_rate")}
+
+
+def set_by(field: str) -> str:
+    """The setting (and option) that sets a record field: 'DEDUP_BLOOM_CAPACITY, or ...'."""
+    option = FIELD_OPTIONS.get(field)
+    return FIELD_SETTINGS[field] + (f", or {option}" if option else "")
 
 
 def shown(value: str | None) -> str | None:
@@ -189,11 +201,18 @@ class DedupBackend(ABC):
         self.server = server
         self.key = key
         self._opened = False
+        self._held_data = False
         self._stamp: str | None = None
 
     @property
     def opened(self) -> bool:
         return self._opened
+
+    @property
+    def held_data(self) -> bool:
+        """Whether the last :meth:`open` found anything of this filter in Redis (the
+        types it checks anyway; what :meth:`verify` would say, without a second look)."""
+        return self._held_data
 
     @property
     def stamp(self) -> str:
@@ -249,6 +268,7 @@ class DedupBackend(ABC):
         """Check key types, create the parameter record or check it, load the scripts."""
         self.check_server()
         found = self.check_types(self.expected_types())
+        self._held_data = any(kind != "none" for kind in found.values())
         self._before_writing(found)
         spec = self.meta_spec()
         if spec is not None:
@@ -482,10 +502,9 @@ class DedupBackend(ABC):
         script = self.add_script
         if script is None:
             raise NotImplementedError(f"{type(self).__name__} has no add script")
-        # The per-request path: the one call of a batch of one, built directly.
-        context = self.add_context()
-        keys = self.group_keys(self.add_group(fingerprint), context)
-        args = [*self.add_header(context), 1, *self.fp_args(fingerprint, expire)]
+        # The per-request path: the one call of a batch of one, without the batch's
+        # bookkeeping (add_answers) around it.
+        ((keys, args, _),) = self._add_calls((fingerprint,), (expire,), (0,))
         answer = self.run_script(script, keys, args)[0]
         if answer > 0:
             return True
@@ -860,11 +879,11 @@ class DedupBackend(ABC):
         different = in_user_terms(different, stored, wanted)
         diff = ", ".join(
             f"{f}: stored {shown(stored.get(f))!r}, configured {shown(wanted.get(f))!r}"
-            + (f" ({FIELD_SETTINGS[f]})" if f in FIELD_SETTINGS else "")
+            + (f" ({set_by(f)})" if f in FIELD_SETTINGS else "")
             for f in different
         )
         fix = [
-            f"{FIELD_SETTINGS[f].split(',')[0]} = {stored[f]}"
+            f"{FIELD_SETTINGS[f]} = {stored[f]}"
             for f in different
             if f in FIELD_SETTINGS and stored.get(f) is not None
         ]
