@@ -12,8 +12,8 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_dedup_suite.backends import build_backend, dupefilter_key
-from scrapy_dedup_suite.commands import spider_settings
-from scrapy_dedup_suite.connection import UNREACHABLE, redis_source, unreachable
+from scrapy_dedup_suite.commands import say_unreachable, spider_settings
+from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
 
 from .set_to_bloom import MigrationError, Progress, SetToBloom
@@ -148,9 +148,9 @@ class Command(ScrapyCommand):
             self._out(opts, report.as_dict(), report.summary())
         except UNREACHABLE as exc:
             client = migration.server if migration is not None else None
-            error = unreachable(client, exc, redis_source(self.settings), "for the migration")
-            print(f"migrate-set-to-bloom: {error}", file=sys.stderr)
-            self.exitcode = error.exit_code
+            say_unreachable(
+                self, "migrate-set-to-bloom", client, exc, self.settings, "for the migration"
+            )
         except MigrationError as exc:
             print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
             self.exitcode = exc.exit_code

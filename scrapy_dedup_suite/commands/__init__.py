@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from scrapy.exceptions import UsageError
@@ -10,6 +11,7 @@ from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 
 from ..backends import DedupBackend, build_backend
+from ..connection import redis_source, unreachable
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -61,3 +63,12 @@ def settings_value(settings: Settings, name: str, option: Any) -> Any:
     from ..options import value
 
     return option if option is not None else value(settings, name)
+
+
+def say_unreachable(
+    command: Any, name: str, client: Any, exc: BaseException, settings: Settings, doing: str
+) -> None:
+    """A command could not reach Redis: one line on stderr, exit code 6."""
+    error = unreachable(client, exc, redis_source(settings), doing)
+    print(f"{name}: {error}", file=sys.stderr)
+    command.exitcode = error.exit_code

@@ -14,9 +14,9 @@ from scrapy.settings import Settings
 from ..backends import BACKENDS, build_backend, dupefilter_key
 from ..backends.base import PURGE_EXPIRED, as_str
 from ..config import human_bytes
-from ..connection import UNREACHABLE, get_redis, redis_source, unreachable
+from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
-from . import spider_settings
+from . import say_unreachable, spider_settings
 
 #: Fields of a hash shard read per shard to estimate how many have expired.
 SAMPLE = 1000
@@ -60,9 +60,7 @@ class Command(ScrapyCommand):
         try:
             found = inspect(settings, opts.spider, server)
         except UNREACHABLE as exc:
-            error = unreachable(server, exc, redis_source(settings), "for dedup-info")
-            print(f"dedup-info: {error}", file=sys.stderr)
-            self.exitcode = error.exit_code
+            say_unreachable(self, "dedup-info", server, exc, settings, "for dedup-info")
             return
         except DedupError as exc:
             print(f"dedup-info: {exc}", file=sys.stderr)
@@ -147,7 +145,12 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 f"{e['expire']:g} s{share} (the janitor purges expired ones)"
             )
         if "capacity" in e:
-            lines.append(_bloom_line(e, e["capacity"]))
+            lines.append(
+                f"    capacity {e['capacity']:,} at error rate {e['error_rate']:.3g}, "
+                f"{e['blocks']} block(s); fill {e['fill_ratio']:.2%}, about "
+                f"{e['estimated_items']:,.0f} items, false-positive rate now "
+                f"{e['estimated_error_rate']:.3g}"
+            )
         for bucket in e.get("buckets", []):
             if not bucket["exists"]:
                 continue
@@ -168,11 +171,3 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 f"{layer['capacity']:,} items ({layer['fill_ratio']:.0%} of its bits set)"
             )
     return "\n".join(lines)
-
-
-def _bloom_line(e: dict[str, Any], capacity: int) -> str:
-    return (
-        f"    capacity {capacity:,} at error rate {e['error_rate']:.3g}, {e['blocks']} "
-        f"block(s); fill {e['fill_ratio']:.2%}, about {e['estimated_items']:,.0f} items, "
-        f"false-positive rate now {e['estimated_error_rate']:.3g}"
-    )

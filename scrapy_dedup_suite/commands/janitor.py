@@ -17,7 +17,7 @@ from ..connection import UNREACHABLE, redis_source, unreachable
 from ..exceptions import DedupError
 from ..janitor import Janitor, JanitorReport, make_scheduler
 from ..options import JanitorOptions
-from . import add_target_options, settings_value, target_backend
+from . import add_target_options, say_unreachable, settings_value, target_backend
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +85,7 @@ class Command(ScrapyCommand):
             self._serve(janitor, settings, opts)
         except UNREACHABLE as exc:
             client = backend.server if backend is not None else None
-            error = unreachable(client, exc, redis_source(self.settings), "for the janitor")
-            print(f"dedup-janitor: {error}", file=sys.stderr)
-            self.exitcode = error.exit_code
+            say_unreachable(self, "dedup-janitor", client, exc, self.settings, "for the janitor")
         except DedupError as exc:
             print(f"dedup-janitor: {exc}", file=sys.stderr)
             self.exitcode = 1
