@@ -33,16 +33,26 @@ class SiteSpider(scrapy.Spider):
             yield response.follow(href, self.parse)
 
 
+#: What every test crawl runs with (the test's own settings come on top).
+BASE_SETTINGS = {
+    "LOG_LEVEL": "INFO",
+    "TELNETCONSOLE_ENABLED": False,
+    "ROBOTSTXT_OBEY": False,
+    "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+}
+
+
+def stats_of(crawler) -> dict:
+    """The crawl's stats, as JSON can hold them."""
+    return {
+        k: (v if isinstance(v, (int, float, str)) else str(v))
+        for k, v in crawler.stats.get_stats().items()
+    }
+
+
 def main() -> None:
     args = json.loads(sys.argv[1])
-    settings = {
-        "LOG_LEVEL": "INFO",
-        "TELNETCONSOLE_ENABLED": False,
-        "ROBOTSTXT_OBEY": False,
-        "CONCURRENT_REQUESTS": 8,
-        "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
-        **args["settings"],
-    }
+    settings = {**BASE_SETTINGS, "CONCURRENT_REQUESTS": 8, **args["settings"]}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         process = CrawlerProcess(settings)
@@ -59,10 +69,7 @@ def main() -> None:
         if issubclass(w.category, DeprecationWarning)
         and ("scrapy" in w.filename or "scrapy_dedup_suite" in str(w.message))
     ]
-    stats = {
-        k: (v if isinstance(v, (int, float, str)) else str(v))
-        for k, v in crawler.stats.get_stats().items()
-    }
+    stats = stats_of(crawler)
     with open(args["out"], "w") as f:
         threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
         json.dump({"stats": stats, "deprecations": deprecations, "threads": threads}, f, indent=1)

@@ -19,6 +19,8 @@ import redis
 import scrapy
 from scrapy.crawler import CrawlerProcess
 
+from tests.crawl import BASE_SETTINGS, stats_of
+
 #: Long enough that an answer to the paused batch can only come from the unpause.
 PAUSE_MS = 60_000
 SIDE_PAGES = 3
@@ -71,10 +73,7 @@ class Record:
 def main() -> None:
     args = json.loads(sys.argv[1])
     settings = {
-        "LOG_LEVEL": "INFO",
-        "TELNETCONSOLE_ENABLED": False,
-        "ROBOTSTXT_OBEY": False,
-        "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        **BASE_SETTINGS,
         "SPIDER_MIDDLEWARES": {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50},
         "ITEM_PIPELINES": {"tests.crawl_paused.Record": 100},
         **args["settings"],
@@ -83,12 +82,8 @@ def main() -> None:
     crawler = process.create_crawler(PausedSpider)
     process.crawl(crawler, site=args["site"], redis_url=args["redis"])
     process.start()
-    stats = {
-        k: (v if isinstance(v, (int, float, str)) else str(v))
-        for k, v in crawler.stats.get_stats().items()
-    }
     with open(args["out"], "w") as f:
-        json.dump({"stats": stats, "events": crawler.spider.events}, f, indent=1)
+        json.dump({"stats": stats_of(crawler), "events": crawler.spider.events}, f, indent=1)
 
 
 if __name__ == "__main__":
