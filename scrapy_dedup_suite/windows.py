@@ -13,8 +13,11 @@ t + (count - 1) x window and forgotten by t + count x window.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone, tzinfo
+from typing import Any, NamedTuple
 
 from .config import check_int
 from .exceptions import DedupConfigError
@@ -164,3 +167,72 @@ class WindowSpec:
 
 def _midnight(day: date, zone: tzinfo) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=zone).timestamp()
+
+
+#: How often (seconds of this host's monotonic clock) the server's clock is re-read.
+CLOCK_REFRESH = 60.0
+
+
+class Live(NamedTuple):
+    """The live buckets of every block at one moment, and how long that holds."""
+
+    valid_from: float
+    valid_until: float
+    expire_at: float  # when the current bucket leaves the window
+    keys: list[list[str]]  # per block, the live buckets' keys, the current one first
+
+
+class LiveBuckets:
+    """Which buckets of a windowed filter are live now: by an injected ``clock``, or
+    by the Redis server's clock (read at first use and every CLOCK_REFRESH seconds
+    after, advanced in between by this host's monotonic clock, so a step of the
+    host's wall clock moves nothing). Shared by every windowed backend."""
+
+    def __init__(
+        self,
+        window: WindowSpec,
+        prefixes: Sequence[str],
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.window = window
+        self.prefixes = list(prefixes)
+        self.clock = clock
+        self._server_then = 0.0
+        self._mono_then = -math.inf
+        self._live = Live(0.0, 0.0, 0.0, [])
+
+    def now(self, server: Any) -> float:
+        if self.clock is not None:
+            return self.clock()
+        mono = time.monotonic()
+        if mono - self._mono_then >= CLOCK_REFRESH:
+            seconds, micros = server.time()
+            self._mono_then = mono = time.monotonic()
+            self._server_then = int(seconds) + int(micros) / 1e6
+        return self._server_then + (mono - self._mono_then)
+
+    def key(self, block: int, bucket: Bucket) -> str:
+        return f"{self.prefixes[block]}:{bucket.label}"
+
+    def at(self, now: float) -> Live:
+        """The live buckets at ``now``, one snapshot (replaced whole when the bucket
+        changes: a batch thread and the reactor may both read it)."""
+        live = self._live
+        if not live.valid_from <= now < live.valid_until:
+            buckets = self.window.live(now)
+            keys = [[self.key(b, bucket) for bucket in buckets] for b in range(len(self.prefixes))]
+            live = self._live = Live(
+                buckets[0].start, buckets[0].end, self.window.expire_at(now), keys
+            )
+        return live
+
+    def context(self, server: Any) -> tuple[float, Live]:
+        """What one add call shares: the time and the live buckets then."""
+        now = self.now(server)
+        return now, self.at(now)
+
+    @staticmethod
+    def ttl_ms(context: tuple[float, Live]) -> int:
+        """The expiry (ms) the current bucket must carry at the context's time."""
+        now, live = context
+        return max(1, int((live.expire_at - now) * 1000))

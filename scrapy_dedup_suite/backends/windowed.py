@@ -18,24 +18,20 @@ every minute after); a ``clock`` callable can be injected instead.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
-from ..windows import Bucket, WindowSpec
+from ..windows import Bucket, Live, LiveBuckets, WindowSpec
 from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, MetaSpec, as_str
 from .bloom import BlockedBloom, default_params
 from .shape import layer_summary
-
-#: How often (seconds of this host's monotonic clock) the server's clock is re-read.
-CLOCK_REFRESH = 60.0
 
 
 class WindowedBloomBackend(BlockedBloom):
@@ -62,13 +58,7 @@ class WindowedBloomBackend(BlockedBloom):
                 config.default("DEDUP_WINDOW_TZ"),
             )
         self.window = window
-        self._clock = clock
-        # The server's clock as last read, and this host's monotonic clock then:
-        # a step of the host's wall clock changes nothing.
-        self._server_then = 0.0
-        self._mono_then = -math.inf
-        # Cached for the current bucket: the live keys of each block.
-        self._live = _Live(0.0, 0.0, 0.0, [])
+        self.buckets = LiveBuckets(window, self.prefixes, clock)
         # {K:block}:label, and for a scalable filter its :L<j> layers and :layers record.
         self._bucket_re = re.compile(
             "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:")
@@ -83,44 +73,26 @@ class WindowedBloomBackend(BlockedBloom):
 
     def with_key(self, key: str) -> WindowedBloomBackend:
         return WindowedBloomBackend(
-            self.server, key, self.params, self.window, scaling=self.scaling, clock=self._clock
+            self.server,
+            key,
+            self.params,
+            self.window,
+            scaling=self.scaling,
+            clock=self.buckets.clock,
         )
 
     # -- time --------------------------------------------------------------------------
 
     def now(self) -> float:
         """Current time by the injected clock, else by the Redis server's clock."""
-        if self._clock is not None:
-            return self._clock()
-        mono = time.monotonic()
-        if mono - self._mono_then >= CLOCK_REFRESH:
-            seconds, micros = self.server.time()
-            self._mono_then = mono = time.monotonic()
-            self._server_then = int(seconds) + int(micros) / 1e6
-        return self._server_then + (mono - self._mono_then)
+        return self.buckets.now(self.server)
 
     def bucket_key(self, block: int, bucket: Bucket) -> str:
-        return f"{self.prefixes[block]}:{bucket.label}"
+        return self.buckets.key(block, bucket)
 
     def live_keys(self, now: float | None = None) -> list[list[str]]:
         """For each block, the keys of the live buckets, the current one first."""
-        return self._live_at(self.now() if now is None else now).keys
-
-    def _live_at(self, now: float) -> _Live:
-        """The live buckets at ``now`` and when the current one expires, one snapshot
-        (replaced whole when the bucket changes: a batch thread and the reactor may
-        both read it)."""
-        live = self._live
-        if not live.valid_from <= now < live.valid_until:
-            buckets = self.window.live(now)
-            keys = [
-                [self.bucket_key(b, bucket) for bucket in buckets]
-                for b in range(self.params.blocks)
-            ]
-            live = self._live = _Live(
-                buckets[0].start, buckets[0].end, self.window.expire_at(now), keys
-            )
-        return live
+        return self.buckets.at(self.now() if now is None else now).keys
 
     # -- the interface -------------------------------------------------------------------
 
@@ -130,16 +102,14 @@ class WindowedBloomBackend(BlockedBloom):
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
 
-    def add_context(self) -> tuple[float, _Live]:
-        now = self.now()
-        return now, self._live_at(now)
+    def add_context(self) -> tuple[float, Live]:
+        return self.buckets.context(self.server)
 
-    def filters(self, context: tuple[float, _Live]) -> list[list[str]]:
+    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
         return context[1].keys
 
-    def ttl_ms(self, context: tuple[float, _Live]) -> int:
-        now, live = context
-        return max(1, int((live.expire_at - now) * 1000))
+    def ttl_ms(self, context: tuple[float, Live]) -> int:
+        return self.buckets.ttl_ms(context)
 
     def label_of(self, key: str) -> str | None:
         """The bucket label in a key of this filter (bucket, layer or layer record)."""
@@ -244,13 +214,6 @@ class WindowedBloomBackend(BlockedBloom):
             buckets=buckets,
         )
         return info
-
-
-class _Live(NamedTuple):
-    valid_from: float
-    valid_until: float
-    expire_at: float
-    keys: list[list[str]]
 
 
 def _glob_escape(text: str) -> str:
