@@ -38,6 +38,8 @@ DEDUP_DEFAULT_KEYS = {
     "hash": "%(spider)s:dedup-hash",
     "bloom": "%(spider)s:bloomfilter",
     "windowed-bloom": "%(spider)s:windowed-bloom",
+    "native-bloom": "%(spider)s:native-bloom",
+    "windowed-native-bloom": "%(spider)s:windowed-native-bloom",
 }
 #: Key template for custom backends (dotted paths) when none is configured.
 DEDUP_DEFAULT_KEY = "%(spider)s:dedup"

@@ -18,12 +18,15 @@ class WrongKeyTypeError(DedupError):
     """A Redis key the backend owns holds another type (e.g. a set where a
     bitmap is expected). The key is left untouched."""
 
-    def __init__(self, key: str, found: str, expected: str, hint: str = "") -> None:
+    def __init__(
+        self, key: str, found: str, expected: str, hint: str = "", shown: str = ""
+    ) -> None:
         self.key = key
         self.found = found
-        self.expected = expected
+        self.expected = expected  # as TYPE names it; 'a|b' for either
         msg = (
-            f"Redis key {key!r} holds a {found}, but this backend stores a {expected} there. "
+            f"Redis key {key!r} holds a {found}, but this backend stores a "
+            f"{shown or expected} there. "
             "Nothing was changed."
         )
         if hint:

@@ -16,7 +16,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from . import config
-from .bloom_math import BloomParams, Scaling, SizingError
+from .bloom_math import BloomParams, NativeParams, Scaling, SizingError
 from .exceptions import DedupConfigError
 from .windows import WindowSpec
 
@@ -224,6 +224,47 @@ class BloomOptions:
             )
             return sized(BloomParams.from_bit_exponent, bit, hashes, error_rate)
         return sized(BloomParams.from_capacity, capacity, error_rate, blocks)
+
+
+#: Settings of the Lua bloom backends that a server-side Bloom filter has no use for.
+NOT_NATIVE = {
+    "DEDUP_BLOOM_TIGHTENING": "the server halves each new sub-filter's error rate itself",
+    "DEDUP_BLOOM_MAX_LAYERS": "the server adds sub-filters as long as memory allows",
+    "BLOOMFILTER_BIT": "the server sizes its filters from DEDUP_BLOOM_CAPACITY",
+    "BLOOMFILTER_HASH_NUMBER": "the server chooses its hashes from DEDUP_BLOOM_ERROR_RATE",
+}
+
+
+@dataclass(frozen=True)
+class NativeBloomOptions:
+    """A server-side Bloom filter (BF.*): capacity, error rate, blocks, and its growth
+    (DEDUP_BLOOM_SCALING / DEDUP_BLOOM_EXPANSION: EXPANSION, else NONSCALING)."""
+
+    params: NativeParams
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> NativeBloomOptions:
+        for name, why in NOT_NATIVE.items():
+            if config.has(settings, name):
+                raise DedupConfigError(
+                    f"{name} does not apply to the native-bloom backends ({why}); remove it, or "
+                    "use DEDUP_BACKEND = 'bloom' for the Lua filter it configures"
+                )
+        scaling = BloomOptions.scaling_from_settings(settings)
+        capacity = config.check_capacity(
+            "DEDUP_BLOOM_CAPACITY", value(settings, "DEDUP_BLOOM_CAPACITY")
+        )
+        error_rate = config.check_error_rate(
+            "DEDUP_BLOOM_ERROR_RATE", value(settings, "DEDUP_BLOOM_ERROR_RATE")
+        )
+        blocks = config.check_int(
+            "DEDUP_BLOOM_BLOCKS",
+            value(settings, "DEDUP_BLOOM_BLOCKS"),
+            minimum=0,
+            allowed="0 (automatic) or a number of blocks >= 1",
+        )
+        expansion = scaling.expansion if scaling is not None else 0
+        return cls(sized(NativeParams.create, capacity, error_rate, blocks, expansion))
 
 
 @dataclass(frozen=True)

@@ -18,33 +18,41 @@ from scrapy_dedup_suite.backends import (
     BloomBackend,
     DedupBackend,
     HashBackend,
+    NativeBloomBackend,
     SetBackend,
     WindowedBloomBackend,
+    WindowedNativeBloomBackend,
 )
-from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
+from scrapy_dedup_suite.bloom_math import BloomParams, NativeParams, Scaling
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import SETTINGS_ROWS, connect
-from .servers import RedisServer, Site, redis_server_binary
+from .servers import RedisServer, Site, bloom_module, module_args, redis_server_binary
 
 TOPOLOGIES = ["single", "cluster"]
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"redis server binary: {redis_server_binary()}"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    module, why = bloom_module()
+    return [
+        f"redis server binary: {redis_server_binary()}",
+        f"Bloom module (native-bloom rows): {module}"
+        if module
+        else f"native-bloom rows SKIPPED: {why}",
+    ]
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer(redis_server_binary()).start()
+    server = RedisServer(redis_server_binary(), module_args()).start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[EmbeddedCluster]:
-    cluster = EmbeddedCluster(3, binary=redis_server_binary()).start()
+    cluster = EmbeddedCluster(3, binary=redis_server_binary(), extra_args=module_args()).start()
     yield cluster
     cluster.stop()
 
@@ -155,6 +163,16 @@ BACKENDS["windowed-bloom+scaling"] = lambda server, key="t:dedup", **kw: Windowe
     scaling=SCALING,
 )
 
+# The server's own Bloom filters (a fixed one; a windowed one small enough to grow).
+NATIVE_SMALL = NativeParams.create(50_000, 0.001, 4, 0)
+NATIVE_GROWING = NativeParams.create(1_000, 0.0001, 4, 2)
+BACKENDS["native-bloom"] = lambda server, key="t:dedup", **kw: NativeBloomBackend(
+    server, key, kw.get("params", NATIVE_SMALL)
+)
+BACKENDS["windowed-native-bloom"] = lambda server, key="t:dedup", **kw: WindowedNativeBloomBackend(
+    server, key, kw.get("params", NATIVE_GROWING), kw.get("window", WindowSpec.parse("day", 3))
+)
+NATIVE_ROWS = ("native-bloom", "windowed-native-bloom")
 
 assert set(SETTINGS_ROWS) == set(BACKENDS)  # the same rows, built from settings (helpers.py)
 
@@ -166,6 +184,7 @@ ROWS = [
         marks=[
             *([pytest.mark.bloom] if "bloom" in name else []),
             *([pytest.mark.scalable] if "scaling" in name else []),
+            *([pytest.mark.native] if name in NATIVE_ROWS else []),
         ],
     )
     for name in BACKENDS
@@ -174,7 +193,15 @@ ROWS = [
 
 @pytest.fixture(params=ROWS)
 def backend_name(request: pytest.FixtureRequest) -> str:
+    skip_without_module(request.param)
     return request.param
+
+
+def skip_without_module(name: str) -> None:
+    """Skip a native-bloom row, saying why, where the Bloom module cannot be had."""
+    module, why = bloom_module()
+    if name in NATIVE_ROWS and module is None:
+        pytest.skip(f"{name}: no server with Bloom filters (BF.*) here: {why}")
 
 
 @pytest.fixture

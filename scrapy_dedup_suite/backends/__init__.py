@@ -16,11 +16,20 @@ from ..options import value
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
+from .native import NativeBloomBackend, WindowedNativeBloomBackend
 from .set import SetBackend
 from .windowed import WindowedBloomBackend
 
 BACKENDS: dict[str, type[DedupBackend]] = {
-    cls.name: cls for cls in (SetBackend, HashBackend, BloomBackend, WindowedBloomBackend)
+    cls.name: cls
+    for cls in (
+        SetBackend,
+        HashBackend,
+        BloomBackend,
+        WindowedBloomBackend,
+        NativeBloomBackend,
+        WindowedNativeBloomBackend,
+    )
 }
 
 
@@ -125,8 +134,10 @@ __all__ = [
     "BloomBackend",
     "DedupBackend",
     "HashBackend",
+    "NativeBloomBackend",
     "SetBackend",
     "WindowedBloomBackend",
+    "WindowedNativeBloomBackend",
     "build_backend",
     "dupefilter_key",
     "get_backend_class",

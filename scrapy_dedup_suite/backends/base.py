@@ -52,6 +52,18 @@ def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
         yield batch
 
 
+#: The type of the server's own Bloom filters as TYPE names it: RedisBloom (Redis 8,
+#: Redis Stack) and valkey-bloom. An expected type may list alternatives with '|'.
+NATIVE_BLOOM_TYPE = "MBbloom--|bloomfltr"
+#: How an expected type reads in messages.
+TYPE_NAMES = {NATIVE_BLOOM_TYPE: "Bloom filter (BF.*)"}
+
+
+def type_ok(found: str, expected: str) -> bool:
+    """Whether TYPE's answer ``found`` is ``expected`` (one of its '|' alternatives) or none."""
+    return found == "none" or found in expected.split("|")
+
+
 def migration_state_key(key: str) -> str:
     """Where ``scrapy migrate-set-to-bloom`` keeps its progress for the filter at ``key``."""
     return f"{key}:migration"
@@ -90,6 +102,7 @@ FIELD_SETTINGS = {
     "compound_error_rate": "DEDUP_BLOOM_ERROR_RATE",
     "blocks": "DEDUP_BLOOM_BLOCKS",
     "expansion": "DEDUP_BLOOM_EXPANSION",
+    "scaling": "DEDUP_BLOOM_SCALING",
     "tightening": "DEDUP_BLOOM_TIGHTENING",
     "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
     "shards": "DEDUP_HASH_SHARDS",
@@ -714,7 +727,11 @@ class DedupBackend(ABC):
             if count < 0:
                 key = keys[-count - 1]
                 raise WrongKeyTypeError(
-                    key, as_str(kind), expected[key], self.wrong_type_hint(kind)
+                    key,
+                    as_str(kind),
+                    expected[key],
+                    self.wrong_type_hint(as_str(kind)),
+                    TYPE_NAMES.get(expected[key], ""),
                 )
             deleted += count
         self._opened = False
@@ -760,9 +777,13 @@ class DedupBackend(ABC):
             pipe.type(key)
         found = {key: as_str(kind) for key, kind in zip(expected, pipe.execute())}
         for key, kind in found.items():
-            if kind not in ("none", expected[key]):
+            if not type_ok(kind, expected[key]):
                 raise WrongKeyTypeError(
-                    key, kind, expected[key], hint or self.wrong_type_hint(kind)
+                    key,
+                    kind,
+                    expected[key],
+                    hint or self.wrong_type_hint(kind),
+                    TYPE_NAMES.get(expected[key], ""),
                 )
         return found
 

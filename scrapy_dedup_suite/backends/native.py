@@ -1,0 +1,446 @@
+"""``native-bloom`` and ``windowed-native-bloom``: the server's own Bloom filters (BF.*).
+
+Redis 8 has Bloom filters built in, Redis Stack and Redis 6.2/7.x load them as the
+RedisBloom module, Valkey as the valkey-bloom module; all answer the same BF.*
+commands. These backends keep fingerprints there instead of in Lua-managed bitmaps:
+the server sizes, hashes and grows the filter.
+
+Layout for base key K: blocks ``{K:0}`` ... ``{K:B-1}`` (one Bloom filter each; for
+the windowed variant one per time bucket, ``{K:b}:<label>``, expiring when the
+bucket leaves the window), a stamp ``{K:b}:meta`` per block (lua/stamp.lua) and the
+parameter record ``K:meta``. A fingerprint's block is CRC32(fingerprint) mod B.
+B is as many as ``DEDUP_BLOOM_BLOCKS`` asks, and at least as many as keep each
+filter under what a server allows one (RedisBloom's capacity cap of 2^30 items,
+valkey-bloom's 128 MB per filter), so a filter of billions spans keys and, on a
+cluster, slots and masters.
+
+A check-and-add is one Lua call (lua/native_add.lua) that runs BF.EXISTS on the
+older buckets and BF.INSERT with the filter's CAPACITY, ERROR and EXPANSION (or
+NONSCALING): after FLUSHALL, eviction or a clear() by another worker the filter is
+created again with its own parameters, never the server's defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+from scrapy.settings import BaseSettings
+
+from .. import config, scripts
+from ..bloom_math import NativeParams, native_error_rate
+from ..connection import address, masters
+from ..exceptions import DedupConfigError, FilterMismatchError
+from ..options import NativeBloomOptions, WindowOptions
+from ..windows import Live, LiveBuckets, WindowSpec
+from .base import (
+    LAYOUT_VERSION,
+    NATIVE_BLOOM_TYPE,
+    REPORT_FILL,
+    RESTORE_EXPIRY,
+    STABLE_ANSWERS,
+    DedupBackend,
+    MetaSpec,
+    as_str,
+)
+from .bloom import block_prefix
+
+logger = logging.getLogger(__name__)
+
+#: Which servers answer BF.* commands, for the error when one does not.
+WHERE_BLOOM = (
+    "Bloom filters are built into Redis 8 and Redis Stack; Redis 6.2/7.x load RedisBloom "
+    "(--loadmodule redisbloom.so) and Valkey 8+ loads valkey-bloom (--loadmodule "
+    "libvalkey_bloom.so; built into the valkey-bundle image)"
+)
+
+
+class NoBloomModuleError(DedupConfigError):
+    """The server has no Bloom filter commands (BF.*)."""
+
+
+def default_native_params() -> NativeParams:
+    return NativeParams.create(
+        config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE"), 0, 0
+    )
+
+
+def has_bloom_commands(client: Any) -> bool:
+    """Whether the server behind ``client`` knows BF.INFO (any answer but "unknown
+    command": a missing key, or MOVED from a cluster node, says it does)."""
+    try:
+        client.execute_command("BF.INFO", "{dedup}:probe")
+    except ResponseError as exc:
+        return "unknown command" not in str(exc).lower()
+    return True
+
+
+class NativeBloomBackend(DedupBackend):
+    """Fingerprints in the server's own Bloom filters, one per block."""
+
+    name = "native-bloom"
+    is_bloom = True
+    capabilities = frozenset({REPORT_FILL, STABLE_ANSWERS})
+    spread_setting = "DEDUP_BLOOM_BLOCKS"
+    add_script = scripts.NATIVE_ADD
+    contains_script = scripts.NATIVE_CONTAINS
+
+    def __init__(self, server: Any, key: str, params: NativeParams | None = None) -> None:
+        super().__init__(server, key)
+        self.params = params or default_native_params()
+        self.meta_key = f"{key}:meta"
+        self.prefixes = [block_prefix(key, b) for b in range(self.params.blocks)]
+        self.stamp_keys = [f"{prefix}:meta" for prefix in self.prefixes]
+        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self._filters = [[prefix] for prefix in self.prefixes]
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> NativeBloomBackend:
+        return cls(server, key, NativeBloomOptions.from_settings(settings).params)
+
+    def with_key(self, key: str) -> NativeBloomBackend:
+        return NativeBloomBackend(self.server, key, self.params)
+
+    @property
+    def error_rate(self) -> float:
+        return self.params.error_rate
+
+    # -- open ------------------------------------------------------------------------
+
+    def check_server(self) -> None:
+        super().check_server()
+        for client in masters(self.server):
+            if not has_bloom_commands(client):
+                raise NoBloomModuleError(
+                    f"The {self.name} backend keeps fingerprints in the server's own Bloom "
+                    f"filters, and the Redis server at {address(client)} has no BF.* commands. "
+                    f"{WHERE_BLOOM}. Or use DEDUP_BACKEND = 'bloom', which needs no module."
+                )
+
+    def meta_spec(self) -> MetaSpec:
+        p = self.params
+        fields = {
+            "backend": self.name,
+            "layout": LAYOUT_VERSION,
+            "capacity": str(p.capacity),
+            "error_rate": repr(p.error_rate),
+            "blocks": str(p.blocks),
+            "scaling": str(bool(p.expansion)),
+            "created": str(int(time.time())),
+        }
+        if p.expansion:
+            fields["expansion"] = str(p.expansion)
+        fields.update(self.extra_meta())
+        compare = ("layout", "capacity", "error_rate", "blocks", "scaling", "expansion")
+        return MetaSpec(self.meta_key, fields, (*compare, *self.extra_meta()))
+
+    def extra_meta(self) -> dict[str, str]:
+        return {}
+
+    def _before_writing(self, found: dict[str, str]) -> None:
+        self.check_filters([k for k, kind in found.items() if kind != "none" and self.is_filter(k)])
+        current = [keys[0] for keys in self.filters(self.add_context())]
+        missing = sum(found.get(key, "none") == "none" for key in current)
+        if missing:
+            self.check_room(missing * self.params.block_bytes, "DEDUP_BLOOM_CAPACITY")
+
+    def is_filter(self, key: str) -> bool:
+        return key in self.prefixes
+
+    def check_filters(self, keys: Sequence[str]) -> None:
+        """Refuse filters whose own parameters (BF.INFO) are not this filter's: one
+        made by hand or by another program, or with other settings."""
+        if not keys:
+            return
+        pipe = self.server.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command("BF.INFO", key)
+        p = self.params
+        for key, info in zip(keys, pipe.execute()):
+            info = {as_str(k): v for k, v in info.items()}
+            filters = int(info.get("Number of filters") or 1)
+            expansion = int(info.get("Expansion rate") or 0)
+            grown = sum(p.block_capacity * p.expansion**j for j in range(filters))
+            capacity = int(info.get("Capacity") or 0)
+            wanted = p.block_capacity if not p.expansion or filters == 1 else grown
+            if expansion != p.expansion:
+                was = f"expansion {expansion}" if expansion else "NONSCALING"
+                now = f"expansion {p.expansion}" if p.expansion else "NONSCALING"
+                raise FilterMismatchError(
+                    f"The Bloom filter {key!r} of the {self.name} filter at {self.key!r} was "
+                    f"created {was}, and these settings ask for {now} (DEDUP_BLOOM_SCALING / "
+                    "DEDUP_BLOOM_EXPANSION). Set them as when it was created, or point the "
+                    "dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
+                )
+            if capacity != wanted:
+                raise FilterMismatchError(
+                    f"The Bloom filter {key!r} of the {self.name} filter at {self.key!r} holds "
+                    f"{capacity:,} items in {filters} sub-filter(s), where these settings make "
+                    f"blocks of {p.block_capacity:,} (DEDUP_BLOOM_CAPACITY={p.capacity:,} over "
+                    f"{p.blocks} block(s)). Set DEDUP_BLOOM_CAPACITY and DEDUP_BLOOM_BLOCKS as "
+                    "when it was created, or point the dupefilter at another key with "
+                    "SCHEDULER_DUPEFILTER_KEY."
+                )
+
+    # -- where the filters live ---------------------------------------------------------
+
+    def filters(self, context: Any) -> list[list[str]]:
+        """Per block, the filters a call checks, the one receiving new fingerprints first."""
+        return self._filters
+
+    def ttl_ms(self, context: Any) -> int:
+        return 0
+
+    def block(self, fingerprint: str) -> int:
+        if self.params.blocks == 1:
+            return 0
+        return zlib.crc32(fingerprint.encode("utf-8")) % self.params.blocks
+
+    def stamp_of(self, data_key: str) -> str | None:
+        match = self._block_re.match(data_key)
+        if match is None or int(match.group(1)) >= len(self.stamp_keys):
+            return None
+        return self.stamp_keys[int(match.group(1))]
+
+    # -- the calls (see DedupBackend.add_script) ---------------------------------------
+
+    def add_group(self, fingerprint: str) -> int:
+        return self.block(fingerprint)
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        return [self.stamp_keys[group], *self.filters(context)[group]]
+
+    def add_header(self, context: Any) -> list[Any]:
+        p = self.params
+        return [
+            self.stamp,
+            p.block_capacity,
+            repr(p.error_rate),
+            p.expansion,
+            len(self.filters(context)[0]),
+            self.ttl_ms(context),
+        ]
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        return self.filters(self.add_context())[self.block(fingerprint)], [fingerprint]
+
+    # -- what is stored -----------------------------------------------------------------
+
+    def expected_types(self) -> dict[str, str]:
+        types = dict.fromkeys(self.prefixes, NATIVE_BLOOM_TYPE)
+        types.update(dict.fromkeys(self.stamp_keys, "string"))
+        types[self.meta_key] = "hash"
+        return types
+
+    def owned_keys(self) -> list[str]:
+        return list(self.expected_types())
+
+    def filter_infos(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        """BF.INFO of each key (None for a missing one)."""
+        if not keys:
+            return []
+        pipe = self.server.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command("BF.INFO", key)
+        out: list[dict[str, Any] | None] = []
+        for answer in pipe.execute(raise_on_error=False):
+            if isinstance(answer, Exception):
+                if "not found" not in str(answer):
+                    raise answer
+                out.append(None)
+            else:
+                out.append({as_str(k): v for k, v in answer.items()})
+        return out
+
+    def filter_report(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Items, fill and estimated error rate of the filter made of the blocks at ``keys``."""
+        p = self.params
+        infos = [i for i in self.filter_infos(keys) if i is not None]
+        items = [int(i["Number of items inserted"]) for i in infos]
+        total = sum(items)
+        capacity_now = sum(int(i["Capacity"]) for i in infos)
+        worst = max(
+            (native_error_rate(p.block_capacity, p.error_rate, p.expansion, n) for n in items),
+            default=0.0,
+        )
+        return {
+            "estimated_items": float(total),
+            "fill_ratio": total / capacity_now if capacity_now else 0.0,
+            "estimated_error_rate": worst,
+            "over_capacity": not p.expansion and any(n >= p.block_capacity for n in items),
+            "sub_filters": max((int(i["Number of filters"]) for i in infos), default=0),
+            "capacity_now": capacity_now,
+        }
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        info = self.info()
+        keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
+        return [
+            {
+                **{k: info[k] for k in keep},
+                "capacity": info["capacity"],
+                "error_rate": info["error_rate"],
+            }
+        ]
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        p = self.params
+        info.update(
+            capacity=p.capacity,
+            error_rate=p.error_rate,
+            blocks=p.blocks,
+            expansion=p.expansion,
+            scaling=bool(p.expansion),
+        )
+        info.update(self.filter_report(self.prefixes))
+        return info
+
+
+class WindowedNativeBloomBackend(NativeBloomBackend):
+    """One server-side Bloom filter per block and time bucket; buckets expire by
+    themselves when they leave the window (see windowed-bloom for the semantics)."""
+
+    name = "windowed-native-bloom"
+    keys_expire = True
+    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY})
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        params: NativeParams | None = None,
+        window: WindowSpec | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(server, key, params)
+        if window is None:
+            window = WindowSpec.parse(
+                config.default("DEDUP_WINDOW"),
+                config.default("DEDUP_WINDOW_COUNT"),
+                config.default("DEDUP_WINDOW_TZ"),
+            )
+        self.window = window
+        self.buckets = LiveBuckets(window, self.prefixes, clock)
+        self._bucket_re = re.compile(
+            "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:") + r"([0-9]+)$"
+        )
+
+    @classmethod
+    def from_settings(
+        cls, server: Any, key: str, settings: BaseSettings
+    ) -> WindowedNativeBloomBackend:
+        params = NativeBloomOptions.from_settings(settings).params
+        return cls(server, key, params, WindowOptions.from_settings(settings).window)
+
+    def with_key(self, key: str) -> WindowedNativeBloomBackend:
+        return WindowedNativeBloomBackend(
+            self.server, key, self.params, self.window, clock=self.buckets.clock
+        )
+
+    def extra_meta(self) -> dict[str, str]:
+        return self.window.as_meta()
+
+    def now(self) -> float:
+        return self.buckets.now(self.server)
+
+    def live_keys(self) -> list[list[str]]:
+        return self.buckets.at(self.now()).keys
+
+    def add_context(self) -> tuple[float, Live]:
+        return self.buckets.context(self.server)
+
+    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
+        return context[1].keys
+
+    def ttl_ms(self, context: tuple[float, Live]) -> int:
+        return self.buckets.ttl_ms(context)
+
+    def is_filter(self, key: str) -> bool:
+        return self._bucket_re.match(key) is not None
+
+    def bucket_keys_in_redis(self) -> list[str]:
+        """Every bucket of this filter in Redis now, live or not (SCAN)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", "{" + self.key + ":") + "*"
+        found = []
+        for raw in self.server.scan_iter(match=pattern, count=1000):
+            key = as_str(raw)
+            match = self._bucket_re.match(key)
+            if match and int(match.group(1)) < self.params.blocks:
+                found.append(key)
+        return sorted(found)
+
+    def expected_types(self) -> dict[str, str]:
+        live = [k for keys in self.live_keys() for k in keys]
+        types = dict.fromkeys(sorted({*live, *self.bucket_keys_in_redis()}), NATIVE_BLOOM_TYPE)
+        types.update(dict.fromkeys(self.stamp_keys, "string"))
+        types[self.meta_key] = "hash"
+        return types
+
+    def restore_expiry(self) -> list[str]:
+        now = self.now()
+        restored = []
+        for key in self.bucket_keys_in_redis():
+            match = self._bucket_re.match(key)
+            assert match is not None
+            expiry = self.window.label_expiry(match.group(2))
+            ttl_ms = max(1, int((expiry - now) * 1000))
+            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
+                restored.append(key)
+        return restored
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        info = self.info()
+        keep = (
+            "label",
+            "fill_ratio",
+            "estimated_items",
+            "estimated_error_rate",
+            "over_capacity",
+            "ttl_ms",
+        )
+        return [
+            {
+                **{k: bucket[k] for k in keep},
+                "capacity": info["capacity_per_bucket"],
+                "error_rate": info["error_rate"],
+            }
+            for bucket in info["buckets"]
+            if bucket["exists"]
+        ]
+
+    def info(self) -> dict[str, Any]:
+        info = DedupBackend.info(self)
+        now = self.now()
+        buckets = []
+        for j, bucket in enumerate(self.window.live(now)):
+            keys = [self.buckets.key(b, bucket) for b in range(self.params.blocks)]
+            ttls = [int(self.server.pttl(k)) for k in keys]
+            buckets.append(
+                {
+                    "label": bucket.label,
+                    "current": j == 0,
+                    "exists": any(t != -2 for t in ttls),
+                    "ttl_ms": max(ttls),
+                    **self.filter_report(keys),
+                }
+            )
+        p = self.params
+        info.update(
+            capacity_per_bucket=p.capacity,
+            error_rate=p.error_rate,
+            blocks=p.blocks,
+            expansion=p.expansion,
+            scaling=bool(p.expansion),
+            window=self.window.name,
+            window_count=self.window.count,
+            window_tz=self.window.tz,
+            buckets=buckets,
+        )
+        return info

@@ -1,0 +1,55 @@
+-- Check-and-add fingerprints in the server's own Bloom filters (BF.*: Redis 8,
+-- RedisBloom, valkey-bloom), each one atomically.
+-- KEYS: one group of 1 + n keys per block the call touches: the block's stamp
+-- (stamp.lua), then its n filters (native-bloom: the block's filter;
+-- windowed-native-bloom: the block's live buckets, the current one first).
+-- ARGV[1]: the stamp's value, ARGV[2]: capacity of a block's filter, ARGV[3]: its
+-- error rate, ARGV[4]: expansion (0: NONSCALING), ARGV[5]: n, ARGV[6]: expiry in ms
+-- the first filter must carry (0: none); then per fingerprint: its group (1-based)
+-- and the fingerprint.
+-- Returns one answer per fingerprint, in order: the 1-based index of the filter
+-- that holds it (seen), or 0 after adding it to the first filter (new).
+-- BF.INSERT, not BF.ADD: after FLUSHALL, eviction or a clear() by another worker,
+-- BF.ADD would create the missing filter with the server's defaults (capacity
+-- 100, 1% error), where BF.INSERT creates it with this filter's parameters.
+local n, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local size = n + 1
+local insert = { 'CAPACITY', ARGV[2], 'ERROR', ARGV[3] }
+if ARGV[4] == '0' then
+  insert[#insert + 1] = 'NONSCALING'
+else
+  insert[#insert + 1] = 'EXPANSION'
+  insert[#insert + 1] = ARGV[4]
+end
+insert[#insert + 1] = 'ITEMS'
+local items = #insert + 1
+dedup_check_stamps(size, ARGV[1])
+local out = {}
+for i = 7, #ARGV, 2 do
+  local g = (tonumber(ARGV[i]) - 1) * size + 1
+  local fp = ARGV[i + 1]
+  local answer = 0
+  for b = 2, n do
+    if rcall('BF.EXISTS', KEYS[g + b], fp) == 1 then
+      answer = b
+      break
+    end
+  end
+  if answer == 0 then
+    local key = KEYS[g + 1]
+    dedup_stamp(KEYS[g], ARGV[1])
+    insert[items] = fp
+    local added = rcall('BF.INSERT', key, unpack(insert))[1]
+    if type(added) == 'table' then
+      -- A NONSCALING filter that is full: refuse, never answer "seen".
+      dedup_fail('Bloom filter ' .. key .. ' refused a fingerprint: ' .. tostring(added.err))
+    end
+    if added == 0 then answer = 1 end
+    -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
+    if ttl > 0 and rcall('PTTL', key) == -1 then
+      rcall('PEXPIRE', key, ttl)
+    end
+  end
+  out[#out + 1] = answer
+end
+return out
