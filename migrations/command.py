@@ -20,7 +20,7 @@ from .set_to_bloom import MigrationError, Progress, SetToBloom
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ("bloom", "windowed-bloom", "hash")
+TARGETS = ("bloom", "windowed-bloom", "hash", "native-bloom", "windowed-native-bloom")
 
 
 class Command(ScrapyCommand):
@@ -41,7 +41,9 @@ class Command(ScrapyCommand):
             "of the project's settings (DEDUP_BLOOM_CAPACITY, DEDUP_BLOOM_ERROR_RATE, ...), so "
             "that the crawl filters everything the set recorded; with --to hash, into the hash "
             "backend instead (each fingerprint then stays seen for DEDUP_EXPIRE from the "
-            "migration on). Crawlers may keep running. "
+            "migration on); with --to native-bloom, into the server's own Bloom filters (BF.*: "
+            "Redis 8, RedisBloom, valkey-bloom), through BF.INSERT in batches. Crawlers may keep "
+            "running. "
             "Exit codes: 0 done, 1 error, 2 usage, 3 source missing or not a set, 4 target "
             "refused (other type, other parameters, too small), 5 verification failed, "
             "6 Redis unreachable."
@@ -62,7 +64,8 @@ class Command(ScrapyCommand):
             "--to",
             choices=TARGETS,
             help="target backend (default DEDUP_BACKEND if it is one of these, else bloom); "
-            "windowed-bloom fills the current bucket, hash gives each fingerprint DEDUP_EXPIRE",
+            "windowed-bloom fills the current bucket, hash gives each fingerprint DEDUP_EXPIRE, "
+            "native-bloom writes the server's own Bloom filters (BF.*)",
         )
         group.add_argument(
             "--capacity", type=int, metavar="N", help="DEDUP_BLOOM_CAPACITY for the target"

@@ -33,6 +33,7 @@ class Plan:
     bucket: str = ""
     layers: int = 0  # a scalable target: the most layers it may have (0: a fixed filter)
     expire: float = 0.0  # an exact target (hash): seconds each fingerprint stays seen
+    server_filter: str = ""  # the server's own Bloom filters: "NONSCALING" or "expansion N"
 
     def describe(self) -> str:
         where = f" (current bucket {self.bucket})" if self.bucket else ""
@@ -45,6 +46,24 @@ class Plan:
             f"source  {self.source!r}: a set of {self.members:,} fingerprints, "
             f"about {_mb(self.source_memory)} of Redis memory"
         )
+        if self.server_filter:  # the server's own Bloom filters (BF.*)
+            room = (
+                f"capacity {self.capacity:,}"
+                if self.capacity
+                else "grows past its capacity (sub-filters)"
+            )
+            return "\n".join(
+                [
+                    source,
+                    f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
+                    f"        the server's Bloom filters (BF.*), {self.blocks} block(s), "
+                    f"{self.server_filter}, {room} at error rate {self.error_rate}, about "
+                    f"{_mb(self.target_memory)}",
+                    f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
+                    f"false-positive rate about {self.resulting_error_rate:.3g}",
+                    "writes  through the filter's own check-and-add (BF.INSERT), in batches",
+                ]
+            )
         if not self.capacity:  # an exact target (hash)
             return "\n".join(
                 [

@@ -34,7 +34,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Union
 
-from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends import (
+    BloomBackend,
+    HashBackend,
+    NativeBloomBackend,
+    WindowedBloomBackend,
+)
 from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, chunks, migration_state_key
 from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
@@ -75,7 +80,7 @@ class VerificationError(MigrationError):
     exit_code = 5
 
 
-Target = Union[BloomBackend, WindowedBloomBackend, HashBackend]
+Target = Union[BloomBackend, WindowedBloomBackend, HashBackend, NativeBloomBackend]
 
 
 class SetToBloom:
@@ -120,7 +125,7 @@ class SetToBloom:
         self.writer: Writer | None = None
         #: The members the target can hold (Bloom backends hash hex digests only).
         self.accepts: Callable[[str], bool] = (
-            is_hex_fingerprint if target.is_bloom else (lambda member: True)
+            is_hex_fingerprint if target.needs_hex else (lambda member: True)
         )
 
     def _default_mode(self) -> str:
@@ -154,18 +159,14 @@ class SetToBloom:
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
         if not self.bulk:
+            if self.target.is_bloom:  # the server's own Bloom filters: through BF.INSERT
+                return self._native_plan(members, source_memory, exists)
             return self._exact_plan(members, source_memory, exists)
         # Where the bits go (a time bucket's label, or "") and what is there already.
         bucket, already = self.target.bulk_fill()
         # Members already in the target (a resumed or repeated run) add nothing:
         # estimate their share from a sample so that they are not counted twice.
-        new_members = members
-        if exists and members:
-            sample = [as_str(m) for m in self.server.srandmember(self.source, 2000)]
-            sample = [m for m in sample if self.accepts(m)]
-            if sample:
-                present = sum(self.target.contains_many(sample)) / len(sample)
-                new_members = round(members * (1 - present))
+        new_members = self._new_members(members) if exists and members else members
         p = self.params
         resulting = p.designed_rate(already + new_members)
         capacity = p.capacity
@@ -219,6 +220,43 @@ class SetToBloom:
             new_members=members,
             expire=float(getattr(self.target, "expire", 0.0)),
         )
+
+    def _native_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
+        """The plan for the server's own Bloom filters (native-bloom): written through
+        the filter's check-and-add (BF.INSERT), in batches; a NONSCALING filter has a
+        capacity to check, a scalable one grows."""
+        p = self.target.params
+        already = float(self.target.info().get("estimated_items", 0)) if exists else 0.0
+        new_members = self._new_members(members) if exists else members
+        capacity = p.block_capacity * p.blocks if not p.expansion else 0
+        return Plan(
+            source=self.source,
+            target=self.target.key,
+            backend=self.target.name,
+            members=members,
+            source_memory=source_memory,
+            capacity=capacity,
+            error_rate=p.error_rate,
+            bits=0,
+            hashes=0,
+            blocks=p.blocks,
+            target_memory=p.block_bytes * p.blocks,
+            target_exists=exists,
+            items_already=already,
+            resulting_error_rate=p.designed_rate(already + new_members),
+            new_members=new_members,
+            server_filter=f"expansion {p.expansion}" if p.expansion else "NONSCALING",
+        )
+
+    def _new_members(self, members: int) -> int:
+        """About how many of the source's members the existing target lacks (from a
+        sample), so that what a resumed or repeated run finds is not counted twice."""
+        sample = [as_str(m) for m in self.server.srandmember(self.source, 2000)]
+        sample = [m for m in sample if self.accepts(m)]
+        if not sample:
+            return members
+        present = sum(self.target.contains_many(sample)) / len(sample)
+        return round(members * (1 - present))
 
     def _size_first_layer(self, members: int) -> None:
         """A scalable target created by the migration gets a first layer that holds

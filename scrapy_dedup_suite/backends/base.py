@@ -203,6 +203,8 @@ class DedupBackend(ABC):
     name: ClassVar[str] = ""
     #: Whether duplicates also count in ``bloomfilter/filtered``.
     is_bloom: ClassVar[bool] = False
+    #: Whether fingerprints must be hex digests (the Lua Bloom filters hash them so).
+    needs_hex: ClassVar[bool] = False
     #: Whether :meth:`check_and_add` honours a per-request expiry.
     uses_expire: ClassVar[bool] = False
     #: What the janitor can do for this backend (see PURGE_EXPIRED and the others).

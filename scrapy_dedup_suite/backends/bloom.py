@@ -60,6 +60,7 @@ class BlockedBloom(DedupBackend):
     """
 
     is_bloom = True
+    needs_hex = True
     spread_setting = "DEDUP_BLOOM_BLOCKS"
 
     def __init__(self, server: Any, key: str, params: BloomParams, scaling: Scaling | None) -> None:

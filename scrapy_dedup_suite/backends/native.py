@@ -47,6 +47,7 @@ from .base import (
     DedupBackend,
     MetaSpec,
     as_str,
+    migration_state_key,
 )
 from .bloom import block_prefix
 
@@ -230,6 +231,9 @@ class NativeBloomBackend(DedupBackend):
         return self.filters(self.add_context())[self.block(fingerprint)], [fingerprint]
 
     # -- what is stored -----------------------------------------------------------------
+
+    def migration_keys(self) -> dict[str, str]:
+        return {migration_state_key(self.key): "hash"}
 
     def expected_types(self) -> dict[str, str]:
         types = dict.fromkeys(self.prefixes, NATIVE_BLOOM_TYPE)

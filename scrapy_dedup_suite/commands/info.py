@@ -151,6 +151,12 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 f"{e['estimated_items']:,.0f} items, false-positive rate now "
                 f"{e['estimated_error_rate']:.3g}"
             )
+        if "sub_filters" in e:
+            growth = f"expansion {e['expansion']}" if e["expansion"] else "NONSCALING"
+            lines.append(
+                f"    the server's own Bloom filters (BF.*), {growth}: up to "
+                f"{e['sub_filters']} sub-filter(s) per block, room for {e['capacity_now']:,} items"
+            )
         for bucket in e.get("buckets", []):
             if not bucket["exists"]:
                 continue
