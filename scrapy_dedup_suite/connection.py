@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from scrapy.settings import BaseSettings, Settings
@@ -96,6 +96,16 @@ def without_retries(server: Any) -> Any:
         connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
     )
     return type(server)(connection_pool=new_pool)
+
+
+def has_command(client: Any, name: str) -> bool:
+    """Whether the server behind ``client`` knows the command ``name`` (sent with no
+    arguments: any answer but "unknown command" says it does; nothing is written)."""
+    try:
+        client.execute_command(name)
+    except ResponseError as exc:
+        return "unknown command" not in str(exc).lower()
+    return True
 
 
 #: Failures that mean "the server could not be reached" (refused, timed out, no

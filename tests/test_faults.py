@@ -14,7 +14,7 @@ from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError
 
 from .helpers import crawl
-from .servers import RedisServer, redis_server_binary
+from .servers import RedisServer, module_args, redis_server_binary
 
 
 class MySpider(scrapy.Spider):
@@ -124,7 +124,7 @@ def test_a_cluster_master_restarting(tmp_path):
 
     from scrapy_dedup_suite.embedded import EmbeddedCluster
 
-    cluster = EmbeddedCluster(3, binary=redis_server_binary()).start()
+    cluster = EmbeddedCluster(3, binary=redis_server_binary(), extra_args=module_args()).start()
     try:
         df = dupefilter(
             cluster.nodes[0],

@@ -106,6 +106,7 @@ FIELD_SETTINGS = {
     "tightening": "DEDUP_BLOOM_TIGHTENING",
     "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
     "shards": "DEDUP_HASH_SHARDS",
+    "expiry": "DEDUP_HASH_FIELD_EXPIRY",
     "window": "DEDUP_WINDOW",
     "window_count": "DEDUP_WINDOW_COUNT",
     "window_tz": "DEDUP_WINDOW_TZ",
@@ -703,6 +704,11 @@ class DedupBackend(ABC):
     def migration_keys(self) -> dict[str, str]:
         """What a migration into this backend keeps while it runs (deleted by clear())."""
         return {}
+
+    def janitor_note(self) -> str | None:
+        """Why the janitor has less to do here than the backend's kind suggests (a hash
+        filter whose fields the server expires), for its report; else None."""
+        return None
 
     def clear(self) -> int:
         """Delete every key the backend owns, and nothing else; return how many.

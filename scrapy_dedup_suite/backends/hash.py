@@ -12,28 +12,58 @@ in ``<key>:meta``, and each shard has a stamp in its own slot (lua/stamp.lua).
 
 from __future__ import annotations
 
+import logging
 import time
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
-from ..exceptions import DedupConfigError
+from ..connection import address, has_command, masters
+from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
-from .base import LAYOUT_VERSION, PURGE_EXPIRED, DedupBackend, MetaSpec, slot_sibling
+from .base import LAYOUT_VERSION, PURGE_EXPIRED, DedupBackend, MetaSpec, as_str, slot_sibling
+
+logger = logging.getLogger(__name__)
 
 #: The most shards a hash filter may have (a few times a large cluster's masters).
 MAX_SHARDS = 4096
 
 
+@dataclass(frozen=True)
+class Expiry:
+    """Who expires a hash filter's fingerprints, and the scripts and capabilities
+    that go with it."""
+
+    name: str
+    add_script: scripts.LuaScript
+    contains_script: scripts.LuaScript
+    capabilities: frozenset[str]
+    #: What the parameter record (and so each stamp) says of it: nothing for the
+    #: janitor's expiry, so that records written before the server's existed match.
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+#: Each field holds its expiry (Unix ms, server clock); the janitor purges expired ones.
+BY_JANITOR = Expiry("janitor", scripts.HASH_ADD, scripts.HASH_CONTAINS, frozenset({PURGE_EXPIRED}))
+#: Each field carries its own expiry (hash-field TTL); the server frees it.
+BY_SERVER = Expiry(
+    "server",
+    scripts.HASH_FIELD_ADD,
+    scripts.HASH_FIELD_CONTAINS,
+    frozenset(),
+    {"expiry": "server"},
+)
+#: The servers that expire hash fields themselves, for messages.
+FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
+
+
 class HashBackend(DedupBackend):
     name = "hash"
     uses_expire = True
-    capabilities = frozenset({PURGE_EXPIRED})
     spread_setting = "DEDUP_HASH_SHARDS"
-    add_script = scripts.HASH_ADD
-    contains_script = scripts.HASH_CONTAINS
 
     def __init__(
         self,
@@ -42,8 +72,14 @@ class HashBackend(DedupBackend):
         *,
         expire: float = config.default("DEDUP_EXPIRE"),
         shards: int = config.default("DEDUP_HASH_SHARDS"),
+        field_expiry: bool | None = None,
     ) -> None:
+        """``field_expiry``: True for the server's hash-field expiry, False for the
+        janitor's, None for the server's where it has one (a new filter) or the way the
+        filter was created (an existing one)."""
         super().__init__(server, key)
+        self.field_expiry = field_expiry
+        self._expiry: Expiry | None = None
         self.expire = config.check_expire("DEDUP_EXPIRE", expire)
         self.shards = config.check_int(
             "DEDUP_HASH_SHARDS",
@@ -67,13 +103,106 @@ class HashBackend(DedupBackend):
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> HashBackend:
         options = HashOptions.from_settings(settings)
-        return cls(server, key, expire=options.expire, shards=options.shards)
+        return cls(
+            server,
+            key,
+            expire=options.expire,
+            shards=options.shards,
+            field_expiry=options.field_expiry,
+        )
 
     def purge_keys(self) -> list[str]:
         return list(self.shard_keys)
 
     def with_key(self, key: str) -> HashBackend:
-        return HashBackend(self.server, key, expire=self.expire, shards=self.shards)
+        return HashBackend(
+            self.server, key, expire=self.expire, shards=self.shards, field_expiry=self.field_expiry
+        )
+
+    # -- who expires fingerprints ----------------------------------------------------------
+
+    @property
+    def expiry(self) -> Expiry:
+        """The janitor's or the server's (:meth:`resolve_expiry`, at the first use)."""
+        return self._expiry or self.resolve_expiry()
+
+    @property
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        # Before the filter is looked at, what it may need (the janitor's purge):
+        # reading the capabilities must not cost a round trip.
+        return (self._expiry or BY_JANITOR).capabilities
+
+    @property
+    def add_script(self) -> scripts.LuaScript:  # type: ignore[override]
+        return self.expiry.add_script
+
+    @property
+    def contains_script(self) -> scripts.LuaScript:  # type: ignore[override]
+        return self.expiry.contains_script
+
+    def resolve_expiry(self) -> Expiry:
+        """The way the stored filter was created with, else the server's field expiry
+        where every master has it (unless DEDUP_HASH_FIELD_EXPIRY is False); refused
+        when the settings or the server cannot go on the way the filter was made."""
+        stored = None
+        if as_str(self.server.type(self.meta_key)) == "hash":
+            recorded = self.server.hget(self.meta_key, "backend")
+            if recorded is not None and as_str(recorded) == self.name:
+                stored = as_str(self.server.hget(self.meta_key, "expiry") or "janitor")
+        unable = [address(c) for c in masters(self.server) if not has_command(c, "HPEXPIRE")]
+        wanted = self.field_expiry
+        if stored is not None:
+            if wanted is not None and wanted != (stored == "server"):
+                raise FilterMismatchError(
+                    f"The hash filter at {self.key!r} was created with "
+                    + (
+                        "the server's hash-field expiry"
+                        if stored == "server"
+                        else "expiry timestamps that the janitor purges"
+                    )
+                    + f", and DEDUP_HASH_FIELD_EXPIRY = {wanted} asks for the other way; a "
+                    "filter cannot switch. Remove DEDUP_HASH_FIELD_EXPIRY (the filter's own way "
+                    "is used), or start a new filter at another key (SCHEDULER_DUPEFILTER_KEY; "
+                    "`scrapy migrate-set-to-bloom --to hash` fills it from a set)."
+                )
+            chosen = BY_SERVER if stored == "server" else BY_JANITOR
+        elif wanted is None:
+            chosen = BY_JANITOR if unable else BY_SERVER
+        else:
+            chosen = BY_SERVER if wanted else BY_JANITOR
+        if chosen is BY_SERVER and unable:
+            raise DedupConfigError(
+                f"The hash filter at {self.key!r} "
+                + ("was created to" if stored else "is set (DEDUP_HASH_FIELD_EXPIRY = True) to")
+                + " let the server expire its fields, and the Redis server at "
+                + f"{', '.join(unable)} has no hash-field expiry (HPEXPIRE: {FIELD_TTL_SERVERS}"
+                + "). Point DEDUP_REDIS_URL at such a server"
+                + (
+                    " (a failover to an older one?)"
+                    if stored
+                    else ", or set DEDUP_HASH_FIELD_EXPIRY = False for the janitor's expiry"
+                )
+                + "."
+            )
+        if chosen is not self._expiry:
+            self._stamp = None
+        self._expiry = chosen
+        return chosen
+
+    def _open(self) -> None:
+        self.resolve_expiry()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.resolve_expiry()
+        return super().verify()
+
+    def janitor_note(self) -> str | None:
+        if self._expiry is BY_SERVER:
+            return (
+                "its fields expire on the Redis server itself (hash-field expiry): nothing to purge"
+            )
+        return None
 
     @staticmethod
     def _to_ms(expire: float) -> int:
@@ -91,15 +220,17 @@ class HashBackend(DedupBackend):
         return self._stamp_of.get(data_key)
 
     def meta_spec(self) -> MetaSpec:
+        way = self.expiry.meta
         return MetaSpec(
             self.meta_key,
             {
                 "backend": self.name,
                 "layout": LAYOUT_VERSION,
                 "shards": str(self.shards),
+                **way,
                 "created": str(int(time.time())),
             },
-            ("layout", "shards"),
+            ("layout", "shards", *way),
         )
 
     def add_group(self, fingerprint: str) -> int:
@@ -132,8 +263,9 @@ class HashBackend(DedupBackend):
         pipe = self.server.pipeline(transaction=False)
         for key in self.shard_keys:
             pipe.hlen(key)
-        # Expired fields count until the janitor purges them.
+        # Expired fields count until the janitor (or the server) frees them.
         info["fields"] = sum(int(n) for n in pipe.execute())
         info["shards"] = self.shards
         info["expire"] = self.expire
+        info["expired_by"] = self.expiry.name
         return info

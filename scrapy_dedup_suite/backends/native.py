@@ -29,12 +29,11 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
 from .. import config, scripts
 from ..bloom_math import NativeParams, native_error_rate
-from ..connection import address, masters
+from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import NativeBloomOptions, WindowOptions
 from ..windows import Live, LiveBuckets, WindowSpec
@@ -69,16 +68,6 @@ def default_native_params() -> NativeParams:
     return NativeParams.create(
         config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE"), 0, 0
     )
-
-
-def has_bloom_commands(client: Any) -> bool:
-    """Whether the server behind ``client`` knows BF.INFO (any answer but "unknown
-    command": a missing key, or MOVED from a cluster node, says it does)."""
-    try:
-        client.execute_command("BF.INFO", "{dedup}:probe")
-    except ResponseError as exc:
-        return "unknown command" not in str(exc).lower()
-    return True
 
 
 class NativeBloomBackend(DedupBackend):
@@ -116,7 +105,7 @@ class NativeBloomBackend(DedupBackend):
     def check_server(self) -> None:
         super().check_server()
         for client in masters(self.server):
-            if not has_bloom_commands(client):
+            if not has_command(client, "BF.INSERT"):
                 raise NoBloomModuleError(
                     f"The {self.name} backend keeps fingerprints in the server's own Bloom "
                     f"filters, and the Redis server at {address(client)} has no BF.* commands. "

@@ -140,9 +140,14 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 if e.get("fields_sampled")
                 else ""
             )
+            freed = (
+                "the server frees expired ones itself (hash-field expiry)"
+                if e.get("expired_by") == "server"
+                else "the janitor purges expired ones"
+            )
             lines.append(
                 f"    {e['fields']:,} fields in {e['shards']} shard(s), expiry "
-                f"{e['expire']:g} s{share} (the janitor purges expired ones)"
+                f"{e['expire']:g} s{share} ({freed})"
             )
         if "capacity" in e:
             lines.append(
