@@ -24,6 +24,25 @@ DEDUP_REDIS_URL = None
 #: ``REDIS_PARAMS`` apply to each node.
 DEDUP_REDIS_CLUSTER = False
 
+#: Sentinel: the sentinels' addresses (``["10.0.0.1:26379", ...]`` or
+#: ``("host", port)`` pairs) and the name they monitor the primary by; the client
+#: asks them for the primary, and again after a failover. ``REDIS_PARAMS`` apply to
+#: the primary's connections, ``DEDUP_REDIS_SENTINEL_PARAMS`` (e.g. a password)
+#: to the sentinels'. Or ``DEDUP_REDIS_URL =
+#: "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster/0"``.
+DEDUP_REDIS_SENTINELS = None
+DEDUP_REDIS_SENTINEL_SERVICE = "mymaster"
+DEDUP_REDIS_SENTINEL_DB = 0
+DEDUP_REDIS_SENTINEL_PARAMS = None
+
+#: Replicas every write waits for (Redis ``WAIT``, sent in the same round trip as
+#: the write), so that a failover loses no recorded fingerprint that was
+#: answered: 0 (default) waits for none. ``DEDUP_WAIT_TIMEOUT``: seconds a write
+#: waits at most; a write that times out is logged (``dedup/unreplicated``) and
+#: its answer stands.
+DEDUP_WAIT_REPLICAS = 0
+DEDUP_WAIT_TIMEOUT = 1.0
+
 #: How a request becomes a fingerprint. ``"scrapy-redis"``: exactly
 #: scrapy-redis's ``RFPDupeFilter.request_fingerprint`` (40 hex characters), so
 #: fingerprint sets written by scrapy-redis are recognised as they are.

@@ -357,6 +357,9 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def close(self, reason: str = "") -> None:
         """Keeps every fingerprint: closing a spider never deletes its history."""
+        if self.stats is not None and self.backend.unreplicated:
+            # Writes whose WAIT (DEDUP_WAIT_REPLICAS) timed out.
+            self.stats.set_value("dedup/unreplicated", self.backend.unreplicated)
 
     def clear(self) -> None:
         """Delete everything the backend stored (scrapy-redis calls this when

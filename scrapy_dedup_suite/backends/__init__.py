@@ -12,7 +12,7 @@ from scrapy.utils.misc import load_object
 from .. import config
 from ..connection import get_redis
 from ..exceptions import DedupConfigError
-from ..options import value
+from ..options import WaitOptions, value
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
@@ -126,7 +126,10 @@ def build_backend(
         server = get_redis(settings)
     if key is None:
         key = dupefilter_key(settings, cls.name or settings.get("DEDUP_BACKEND"), spider_name)
-    return cls.from_settings(server, key, settings)
+    backend = cls.from_settings(server, key, settings)
+    wait = WaitOptions.from_settings(settings)
+    backend.wait_for_replicas(wait.replicas, wait.timeout)
+    return backend
 
 
 __all__ = [

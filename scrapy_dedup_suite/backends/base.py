@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -219,6 +221,20 @@ class DedupBackend(ABC):
         self._opened = False
         self._held_data = False
         self._stamp: str | None = None
+        #: Replicas each write waits for (WAIT) and the most it waits (ms): see
+        #: :meth:`wait_for_replicas`.
+        self.wait_replicas = 0
+        self.wait_timeout_ms = 0
+        #: Writes whose WAIT timed out before enough replicas had them.
+        self.unreplicated = 0
+        self._warned_unreplicated = -math.inf
+
+    def wait_for_replicas(self, replicas: int, timeout: float) -> None:
+        """Make every add call wait until ``replicas`` replicas have its writes (Redis
+        WAIT, in the same round trip), ``timeout`` seconds at most: a failover then
+        loses no fingerprint recorded. 0 replicas: no waiting (the default)."""
+        self.wait_replicas = replicas
+        self.wait_timeout_ms = max(1, round(timeout * 1000)) if replicas else 0
 
     @property
     def opened(self) -> bool:
@@ -244,6 +260,7 @@ class DedupBackend(ABC):
         clone = self.with_key(key) if key is not None and key != self.key else copy.copy(self)
         if server is not None:
             clone.server = server
+        clone.wait_for_replicas(self.wait_replicas, self.wait_timeout_ms / 1000)
         clone._opened = False
         return clone
 
@@ -292,6 +309,12 @@ class DedupBackend(ABC):
             self.check_stamps(found, spec)
             self.init_meta(spec)
         if is_cluster(self.server):
+            if self.wait_replicas:
+                raise DedupConfigError(
+                    "DEDUP_WAIT_REPLICAS applies to a primary with replicas (a single server "
+                    "or Sentinel), not to a Redis Cluster: remove it, or set "
+                    "DEDUP_WAIT_REPLICAS = 0"
+                )
             self.check_spread([k for k in found if spec is None or k != spec.key])
         # Registered once here, so the first request costs no NOSCRIPT round trip
         # (they are reloaded on NOSCRIPT after a flush, restart or failover).
@@ -482,11 +505,47 @@ class DedupBackend(ABC):
 
     def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
         """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
+        if self.wait_replicas:
+            return self._run_and_wait(script, keys, args)
         try:
             return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
             self.reopen()
             return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _run_and_wait(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+        """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
+        replicas have the call's writes, or the timeout passed (then counted in
+        :attr:`unreplicated` and logged; the answer stands)."""
+        for attempt in (1, 2):
+            pipe = self.server.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            answer, acked = pipe.execute(raise_on_error=False)
+            if isinstance(answer, NoScriptError) and attempt == 1:
+                self.reopen()
+                continue
+            if isinstance(answer, Exception):
+                raise answer
+            if isinstance(acked, Exception):
+                raise acked
+            if int(acked) < self.wait_replicas:
+                self.unreplicated += 1
+                now = time.monotonic()
+                if now - self._warned_unreplicated >= 60:  # at most once a minute
+                    self._warned_unreplicated = now
+                    logger.warning(
+                        "A write of the %s dupefilter reached %d of the %d replica(s) asked "
+                        "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
+                        "failover now may lose it",
+                        self.name,
+                        int(acked),
+                        self.wait_replicas,
+                        self.wait_timeout_ms,
+                        self.unreplicated,
+                    )
+            return answer
+        raise AssertionError("unreachable")
 
     def call(
         self, script: scripts.LuaScript, make: Callable[[], tuple[list[str], list[Any]]]

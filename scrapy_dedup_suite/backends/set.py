@@ -26,6 +26,8 @@ class SetBackend(DedupBackend):
         return SetBackend(self.server, key)
 
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        if self.wait_replicas:  # the script's call, which waits for the replicas
+            return self.check_and_add_many([fingerprint])[0]
         # SADD answers how many members were added: 0 when it was there.
         return self.server.execute_command("SADD", self.key, fingerprint) == 0
 
