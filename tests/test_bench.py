@@ -61,3 +61,20 @@ def test_request_seen_bench_runs(redis_server):
     ours = ["set", "hash", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
     assert "(1.00x)" in proc.stdout
+
+
+def test_server_features_bench_runs(redis_server):
+    from .servers import bloom_module, valkey9_binary
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.server_features", "--fingerprints", "400", "--probes",
+         "400", "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert ("native-bloom (BF.*" in out) == (bloom_module()[0] is not None), out
+    assert ("hash, server's field expiry" in out) == (valkey9_binary()[0] is not None), out
+    assert "hash, DEDUP_WAIT_REPLICAS = 1" in out
+    assert "false positives" in out or "skipped" in out
