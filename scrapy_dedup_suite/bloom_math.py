@@ -384,16 +384,17 @@ def native_bits_per_item(error_rate: float) -> float:
 def native_error_rate(capacity: int, error_rate: float, expansion: int, items: float) -> float:
     """About the false-positive rate of a server-side Bloom filter created for
     ``capacity`` items at ``error_rate`` that holds ``items``: a NONSCALING filter
-    (expansion 0) past its capacity by the Bloom formula; a scalable one adds
-    sub-filters ``expansion`` times larger, each at half the error rate of the last,
-    so its rate stays under twice the first's."""
+    (expansion 0) past its capacity by the Bloom formula; a scalable one makes its
+    first sub-filter at half ``error_rate`` and each next one ``expansion`` times
+    larger at half the last's rate (as RedisBloom does), so that together they stay
+    at or below ``error_rate``."""
     if items <= 0:
         return 0.0
     bits = capacity * native_bits_per_item(error_rate)
     hashes = max(1, math.ceil(-math.log2(error_rate)))
     if not expansion:
         return false_positive_rate(round(bits), hashes, items)
-    rate, left, size, layer_rate = 0.0, items, capacity, error_rate
+    rate, left, size, layer_rate = 0.0, items, capacity, error_rate / 2
     while left > 0:
         held = min(left, size)
         layer_bits = size * native_bits_per_item(layer_rate)
@@ -437,8 +438,10 @@ class NativeParams:
             )
         if not _whole(expansion) or expansion < 0:
             raise SizingError(f"{{expansion}} must be a whole factor >= 1, got {expansion!r}")
+        # A scalable filter's first sub-filter is made at half the rate (by the server).
+        first_rate = error_rate / 2 if expansion else error_rate
         per_block = min(
-            NATIVE_MAX_CAPACITY, int(NATIVE_MAX_BYTES * 8 / native_bits_per_item(error_rate))
+            NATIVE_MAX_CAPACITY, int(NATIVE_MAX_BYTES * 8 / native_bits_per_item(first_rate))
         )
         needed = max(1, math.ceil(capacity / per_block))
         if needed > MAX_BLOCKS:
@@ -469,7 +472,8 @@ class NativeParams:
     @property
     def block_bytes(self) -> int:
         """About the memory one block's first filter takes (allocated at creation)."""
-        return math.ceil(self.block_capacity * native_bits_per_item(self.error_rate) / 8)
+        first_rate = self.error_rate / 2 if self.expansion else self.error_rate
+        return math.ceil(self.block_capacity * native_bits_per_item(first_rate) / 8)
 
     def designed_rate(self, items: float) -> float:
         """About the false-positive rate once ``items`` are spread over the blocks."""

@@ -138,6 +138,26 @@ def test_a_scaled_filter_opens_again_with_its_sub_filters(native):
     assert all(again.contains_many(fps))
 
 
+def test_a_scaling_filter_keeps_the_configured_rate_as_it_grows(native):
+    """DEDUP_BLOOM_ERROR_RATE bounds the whole scalable filter, as for the Lua ones:
+    the server makes its first sub-filter at half of it, each next one at half the
+    last's."""
+    params = NativeParams.create(2_000, 0.01, 1, 2)
+    backend = NativeBloomBackend(native, "t:n", params)
+    backend.open()
+    backend.add_many(fingerprints(8_000))  # four times the capacity: three sub-filters
+    assert bf_info(native, backend.prefixes[0])["Number of filters"] == 3
+    # RedisBloom's BF.DEBUG lists each sub-filter's error rate ("ratio").
+    debug = [x.decode() for x in native.execute_command("BF.DEBUG", backend.prefixes[0])]
+    assert [d.split("ratio:")[1] for d in debug[1:]] == ["0.005", "0.0025", "0.00125"]
+    assert bf_info(native, backend.prefixes[0])["Capacity"] == 2_000 + 4_000 + 8_000
+    probes = fingerprints(20_000, "never-added")
+    measured = sum(backend.contains_many(probes)) / len(probes)
+    # Deterministic: fixed fingerprints, the server's fixed hashes.
+    assert measured <= 0.01
+    assert backend.info()["estimated_error_rate"] <= 0.01
+
+
 def test_a_full_nonscaling_filter_raises_and_never_answers_seen(native):
     backend = NativeBloomBackend(native, "t:n", NativeParams.create(100, 0.01, 1, 0))
     backend.open()
