@@ -78,6 +78,18 @@ def _rate(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
 
 
+def _check_capacity_and_rate(capacity: object, error_rate: object) -> None:
+    if not _whole(capacity) or capacity < 1:  # type: ignore[operator]
+        raise SizingError(
+            f"{{capacity}} must be a whole number of fingerprints >= 1, got {capacity!r}"
+        )
+    if not _rate(error_rate):
+        raise SizingError(
+            "{error_rate} must be a false-positive rate strictly between 0 and 1 "
+            f"(e.g. 0.001), got {error_rate!r}"
+        )
+
+
 def optimal_bits(capacity: int, error_rate: float) -> int:
     """m = ceil(-n ln p / (ln 2)^2)."""
     return math.ceil(-capacity * math.log(error_rate) / (math.log(2) ** 2))
@@ -142,15 +154,7 @@ class BloomParams:
     def from_capacity(cls, capacity: int, error_rate: float, blocks: int = 0) -> BloomParams:
         """The smallest filter for ``capacity`` fingerprints at ``error_rate``, in
         ``blocks`` blocks (0: as few as fit). Raises :class:`SizingError`."""
-        if not _whole(capacity) or capacity < 1:
-            raise SizingError(
-                f"{{capacity}} must be a whole number of fingerprints >= 1, got {capacity!r}"
-            )
-        if not _rate(error_rate):
-            raise SizingError(
-                "{error_rate} must be a false-positive rate strictly between 0 and 1 "
-                f"(e.g. 0.001), got {error_rate!r}"
-            )
+        _check_capacity_and_rate(capacity, error_rate)
         if not _whole(blocks) or blocks < 0:
             raise SizingError(
                 f"{{blocks}} must be 0 (automatic) or a number of blocks >= 1, got {blocks!r}"
@@ -422,15 +426,7 @@ class NativeParams:
     @classmethod
     def create(cls, capacity: int, error_rate: float, blocks: int, expansion: int) -> NativeParams:
         """Raises :class:`SizingError`. ``blocks`` 0: as few as fit."""
-        if not _whole(capacity) or capacity < 1:
-            raise SizingError(
-                f"{{capacity}} must be a whole number of fingerprints >= 1, got {capacity!r}"
-            )
-        if not _rate(error_rate):
-            raise SizingError(
-                "{error_rate} must be a false-positive rate strictly between 0 and 1 "
-                f"(e.g. 0.001), got {error_rate!r}"
-            )
+        _check_capacity_and_rate(capacity, error_rate)
         if not _whole(blocks) or not 0 <= blocks <= MAX_BLOCKS:
             raise SizingError(
                 f"{{blocks}} must be 0 (automatic) or a number of blocks from 1 to "

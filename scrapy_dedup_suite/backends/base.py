@@ -66,6 +66,17 @@ def type_ok(found: str, expected: str) -> bool:
     return found == "none" or found in expected.split("|")
 
 
+def filter_report_of(info: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """REPORT_FILL's report of a one-filter backend from its ``info()``."""
+    keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
+    return {
+        **{k: info[k] for k in keep},
+        "capacity": info["capacity"],
+        "error_rate": info["error_rate"],
+        **extra,
+    }
+
+
 def migration_state_key(key: str) -> str:
     """Where ``scrapy migrate-set-to-bloom`` keeps its progress for the filter at ``key``."""
     return f"{key}:migration"

@@ -32,6 +32,7 @@ from .base import (
     DedupBackend,
     MetaSpec,
     as_str,
+    filter_report_of,
     migration_state_key,
 )
 from .shape import Scalable, Shape, layer_summary, make_shape
@@ -320,15 +321,7 @@ class BloomBackend(BlockedBloom):
 
     def filter_reports(self) -> list[dict[str, Any]]:
         info = self.info()
-        keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
-        return [
-            {
-                **{k: info[k] for k in keep},
-                "capacity": info["capacity"],
-                "error_rate": info["error_rate"],
-                **layer_summary(info),
-            }
-        ]
+        return [filter_report_of(info, **layer_summary(info))]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -36,7 +36,7 @@ from ..bloom_math import NativeParams, native_error_rate
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import NativeBloomOptions, WindowOptions
-from ..windows import Live, LiveBuckets, WindowSpec
+from ..windows import WindowSpec
 from .base import (
     LAYOUT_VERSION,
     NATIVE_BLOOM_TYPE,
@@ -46,9 +46,11 @@ from .base import (
     DedupBackend,
     MetaSpec,
     as_str,
+    filter_report_of,
     migration_state_key,
 )
 from .bloom import block_prefix
+from .buckets import Windowed
 
 logger = logging.getLogger(__name__)
 
@@ -271,15 +273,7 @@ class NativeBloomBackend(DedupBackend):
         }
 
     def filter_reports(self) -> list[dict[str, Any]]:
-        info = self.info()
-        keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
-        return [
-            {
-                **{k: info[k] for k in keep},
-                "capacity": info["capacity"],
-                "error_rate": info["error_rate"],
-            }
-        ]
+        return [filter_report_of(self.info())]
 
     def info(self) -> dict[str, Any]:
         info = super().info()
@@ -295,7 +289,7 @@ class NativeBloomBackend(DedupBackend):
         return info
 
 
-class WindowedNativeBloomBackend(NativeBloomBackend):
+class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
     """One server-side Bloom filter per block and time bucket; buckets expire by
     themselves when they leave the window (see windowed-bloom for the semantics)."""
 
@@ -313,17 +307,7 @@ class WindowedNativeBloomBackend(NativeBloomBackend):
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(server, key, params)
-        if window is None:
-            window = WindowSpec.parse(
-                config.default("DEDUP_WINDOW"),
-                config.default("DEDUP_WINDOW_COUNT"),
-                config.default("DEDUP_WINDOW_TZ"),
-            )
-        self.window = window
-        self.buckets = LiveBuckets(window, self.prefixes, clock)
-        self._bucket_re = re.compile(
-            "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:") + r"([0-9]+)$"
-        )
+        self.init_window(window, clock)
 
     @classmethod
     def from_settings(
@@ -340,34 +324,8 @@ class WindowedNativeBloomBackend(NativeBloomBackend):
     def extra_meta(self) -> dict[str, str]:
         return self.window.as_meta()
 
-    def now(self) -> float:
-        return self.buckets.now(self.server)
-
-    def live_keys(self) -> list[list[str]]:
-        return self.buckets.at(self.now()).keys
-
-    def add_context(self) -> tuple[float, Live]:
-        return self.buckets.context(self.server)
-
-    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
-        return context[1].keys
-
-    def ttl_ms(self, context: tuple[float, Live]) -> int:
-        return self.buckets.ttl_ms(context)
-
     def is_filter(self, key: str) -> bool:
-        return self._bucket_re.match(key) is not None
-
-    def bucket_keys_in_redis(self) -> list[str]:
-        """Every bucket of this filter in Redis now, live or not (SCAN)."""
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", "{" + self.key + ":") + "*"
-        found = []
-        for raw in self.server.scan_iter(match=pattern, count=1000):
-            key = as_str(raw)
-            match = self._bucket_re.match(key)
-            if match and int(match.group(1)) < self.params.blocks:
-                found.append(key)
-        return sorted(found)
+        return self.label_of(key) is not None
 
     def expected_types(self) -> dict[str, str]:
         live = [k for keys in self.live_keys() for k in keys]
@@ -376,54 +334,8 @@ class WindowedNativeBloomBackend(NativeBloomBackend):
         types[self.meta_key] = "hash"
         return types
 
-    def restore_expiry(self) -> list[str]:
-        now = self.now()
-        restored = []
-        for key in self.bucket_keys_in_redis():
-            match = self._bucket_re.match(key)
-            assert match is not None
-            expiry = self.window.label_expiry(match.group(2))
-            ttl_ms = max(1, int((expiry - now) * 1000))
-            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
-                restored.append(key)
-        return restored
-
-    def filter_reports(self) -> list[dict[str, Any]]:
-        info = self.info()
-        keep = (
-            "label",
-            "fill_ratio",
-            "estimated_items",
-            "estimated_error_rate",
-            "over_capacity",
-            "ttl_ms",
-        )
-        return [
-            {
-                **{k: bucket[k] for k in keep},
-                "capacity": info["capacity_per_bucket"],
-                "error_rate": info["error_rate"],
-            }
-            for bucket in info["buckets"]
-            if bucket["exists"]
-        ]
-
     def info(self) -> dict[str, Any]:
         info = DedupBackend.info(self)
-        now = self.now()
-        buckets = []
-        for j, bucket in enumerate(self.window.live(now)):
-            keys = [self.buckets.key(b, bucket) for b in range(self.params.blocks)]
-            ttls = [int(self.server.pttl(k)) for k in keys]
-            buckets.append(
-                {
-                    "label": bucket.label,
-                    "current": j == 0,
-                    "exists": any(t != -2 for t in ttls),
-                    "ttl_ms": max(ttls),
-                    **self.filter_report(keys),
-                }
-            )
         p = self.params
         info.update(
             capacity_per_bucket=p.capacity,
@@ -431,9 +343,6 @@ class WindowedNativeBloomBackend(NativeBloomBackend):
             blocks=p.blocks,
             expansion=p.expansion,
             scaling=bool(p.expansion),
-            window=self.window.name,
-            window_count=self.window.count,
-            window_tz=self.window.tz,
-            buckets=buckets,
+            **self.window_info(),
         )
         return info

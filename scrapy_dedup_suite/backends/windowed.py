@@ -18,26 +18,27 @@ every minute after); a ``clock`` callable can be injected instead.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .. import config, scripts
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
-from ..windows import Bucket, Live, LiveBuckets, WindowSpec
-from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, MetaSpec, as_str
+from ..windows import WindowSpec
+from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, MetaSpec
 from .bloom import BlockedBloom, default_params
+from .buckets import Windowed
 from .shape import layer_summary
 
 
-class WindowedBloomBackend(BlockedBloom):
+class WindowedBloomBackend(Windowed, BlockedBloom):
     name = "windowed-bloom"
     keys_expire = True
     capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY, BULK_TARGET})
+    # A scalable bucket's :L<j> layers and :layers record.
+    bucket_suffix = r":L[0-9]+|:layers"
 
     def __init__(
         self,
@@ -51,19 +52,7 @@ class WindowedBloomBackend(BlockedBloom):
     ) -> None:
         """``params``: each bucket's filter, or with ``scaling`` its first layer."""
         super().__init__(server, key, params or default_params(), scaling)
-        if window is None:
-            window = WindowSpec.parse(
-                config.default("DEDUP_WINDOW"),
-                config.default("DEDUP_WINDOW_COUNT"),
-                config.default("DEDUP_WINDOW_TZ"),
-            )
-        self.window = window
-        self.buckets = LiveBuckets(window, self.prefixes, clock)
-        # {K:block}:label, and for a scalable filter its :L<j> layers and :layers record.
-        self._bucket_re = re.compile(
-            "^" + re.escape("{" + key + ":") + r"([0-9]+)" + re.escape("}:")
-            + r"([0-9]+)(:L[0-9]+|:layers)?$"
-        )  # fmt: skip
+        self.init_window(window, clock)
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> WindowedBloomBackend:
@@ -81,19 +70,6 @@ class WindowedBloomBackend(BlockedBloom):
             clock=self.buckets.clock,
         )
 
-    # -- time --------------------------------------------------------------------------
-
-    def now(self) -> float:
-        """Current time by the injected clock, else by the Redis server's clock."""
-        return self.buckets.now(self.server)
-
-    def bucket_key(self, block: int, bucket: Bucket) -> str:
-        return self.buckets.key(block, bucket)
-
-    def live_keys(self, now: float | None = None) -> list[list[str]]:
-        """For each block, the keys of the live buckets, the current one first."""
-        return self.buckets.at(self.now() if now is None else now).keys
-
     # -- the interface -------------------------------------------------------------------
 
     def meta_spec(self) -> MetaSpec:
@@ -101,31 +77,6 @@ class WindowedBloomBackend(BlockedBloom):
         fields.update(self.window.as_meta())
         compare = (*compared, "window", "window_count", "window_tz")
         return MetaSpec(self.meta_key, {**fields, "created": str(int(time.time()))}, compare)
-
-    def add_context(self) -> tuple[float, Live]:
-        return self.buckets.context(self.server)
-
-    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
-        return context[1].keys
-
-    def ttl_ms(self, context: tuple[float, Live]) -> int:
-        return self.buckets.ttl_ms(context)
-
-    def label_of(self, key: str) -> str | None:
-        """The bucket label in a key of this filter (bucket, layer or layer record)."""
-        match = self._bucket_re.match(key)
-        return match.group(2) if match else None
-
-    def bucket_keys_in_redis(self) -> list[str]:
-        """Every bucket key of this filter that exists now, live or not (SCAN)."""
-        pattern = _glob_escape("{" + self.key + ":") + "*"
-        found = []
-        for raw in self.server.scan_iter(match=pattern, count=1000):
-            key = as_str(raw)
-            match = self._bucket_re.match(key)
-            if match and int(match.group(1)) < self.params.blocks:
-                found.append(key)
-        return sorted(found)
 
     def owned_keys(self) -> list[str]:
         """The live buckets (with their layers), any other key of this filter still in
@@ -154,67 +105,17 @@ class WindowedBloomBackend(BlockedBloom):
         current = self.info()["buckets"][0]
         return current["label"], current["estimated_items"] if current["exists"] else 0.0
 
-    def restore_expiry(self) -> list[str]:
-        now = self.now()
-        restored = []
-        for key in self.bucket_keys_in_redis():
-            label = self.label_of(key)
-            if label is None:
-                continue
-            ttl_ms = max(1, int((self.window.label_expiry(label) - now) * 1000))
-            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
-                restored.append(key)
-        return restored
-
-    def filter_reports(self) -> list[dict[str, Any]]:
-        info = self.info()
-        keep = (
-            "label",
-            "fill_ratio",
-            "estimated_items",
-            "estimated_error_rate",
-            "over_capacity",
-            "ttl_ms",
-        )
-        return [
-            {
-                **{k: bucket[k] for k in keep},
-                "capacity": info["capacity_per_bucket"],
-                "error_rate": info["error_rate"],
-                **layer_summary(bucket),
-            }
-            for bucket in info["buckets"]
-            if bucket["exists"]
-        ]
+    def bucket_summary(self, bucket: dict[str, Any]) -> dict[str, Any]:
+        return layer_summary(bucket)
 
     def info(self) -> dict[str, Any]:
         info = super().info()
-        now = self.now()
-        buckets = []
-        for j, bucket in enumerate(self.window.live(now)):
-            keys = [self.bucket_key(b, bucket) for b in range(self.params.blocks)]
-            ttls = [int(self.server.pttl(k)) for k in keys]
-            entry = {
-                "label": bucket.label,
-                "current": j == 0,
-                "exists": any(t != -2 for t in ttls),
-                "ttl_ms": max(ttls),
-                **self.filter_report(keys),
-            }
-            buckets.append(entry)
         info.update(
             capacity_per_bucket=self.params.capacity,
             error_rate=self.error_rate,
             bits_per_bucket=self.params.total_bits,
             hashes=self.params.hashes,
             blocks=self.params.blocks,
-            window=self.window.name,
-            window_count=self.window.count,
-            window_tz=self.window.tz,
-            buckets=buckets,
+            **self.window_info(),
         )
         return info
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

@@ -1,0 +1,155 @@
+"""What a windowed backend adds to the filter it keeps per time bucket, shared by
+windowed-bloom (Lua bitmaps) and windowed-native-bloom (the server's Bloom filters).
+
+Layout for base key K: bucket ``{K:b}:<label>`` for block b (the buckets of a block
+share a hash tag, hence a cluster slot, so that one call checks every live bucket
+and adds to the current one atomically). Each bucket key carries an expiry at the
+moment it leaves the window, so Redis frees old buckets by itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from .. import config, scripts
+from ..windows import Bucket, Live, LiveBuckets, WindowSpec
+from .base import as_str
+
+
+def default_window() -> WindowSpec:
+    return WindowSpec.parse(
+        config.default("DEDUP_WINDOW"),
+        config.default("DEDUP_WINDOW_COUNT"),
+        config.default("DEDUP_WINDOW_TZ"),
+    )
+
+
+class Windowed:
+    """A mixin before the backend class: the backend has ``server``, ``key``,
+    ``prefixes`` (one per block), ``info()`` and ``filter_report(keys)``; this adds
+    the live buckets, their keys in Redis, their expiry and their reports."""
+
+    #: What may follow a bucket's label in one of its keys (a Lua scalable filter's
+    #: layers and layer record), as a regular expression.
+    bucket_suffix: ClassVar[str] = ""
+
+    server: Any
+    key: str
+    prefixes: list[str]
+
+    def init_window(self, window: WindowSpec | None, clock: Callable[[], float] | None) -> None:
+        self.window = window or default_window()
+        self.buckets = LiveBuckets(self.window, self.prefixes, clock)
+        self._bucket_re = re.compile(
+            "^" + re.escape("{" + self.key + ":") + r"([0-9]+)" + re.escape("}:")
+            + r"([0-9]+)(" + self.bucket_suffix + r")?$"
+        )  # fmt: skip
+
+    # -- time --------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Current time by the injected clock, else by the Redis server's clock."""
+        return self.buckets.now(self.server)
+
+    def bucket_key(self, block: int, bucket: Bucket) -> str:
+        return self.buckets.key(block, bucket)
+
+    def live_keys(self, now: float | None = None) -> list[list[str]]:
+        """For each block, the keys of the live buckets, the current one first."""
+        return self.buckets.at(self.now() if now is None else now).keys
+
+    def add_context(self) -> tuple[float, Live]:
+        return self.buckets.context(self.server)
+
+    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
+        return context[1].keys
+
+    def ttl_ms(self, context: tuple[float, Live]) -> int:
+        return self.buckets.ttl_ms(context)
+
+    # -- the buckets in Redis ------------------------------------------------------------
+
+    def label_of(self, key: str) -> str | None:
+        """The bucket label in a key of this filter, else None."""
+        match = self._bucket_re.match(key)
+        return match.group(2) if match else None
+
+    def bucket_keys_in_redis(self) -> list[str]:
+        """Every bucket key of this filter that exists now, live or not (SCAN)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", "{" + self.key + ":") + "*"
+        found = []
+        for raw in self.server.scan_iter(match=pattern, count=1000):
+            key = as_str(raw)
+            match = self._bucket_re.match(key)
+            if match and int(match.group(1)) < len(self.prefixes):
+                found.append(key)
+        return sorted(found)
+
+    def restore_expiry(self) -> list[str]:
+        """RESTORE_EXPIRY: each bucket key that lost its expiry gets it back."""
+        now = self.now()
+        restored = []
+        for key in self.bucket_keys_in_redis():
+            label = self.label_of(key)
+            if label is None:
+                continue
+            ttl_ms = max(1, int((self.window.label_expiry(label) - now) * 1000))
+            if scripts.EXPIRE_IF_MISSING(self.server, [key], [ttl_ms]) == 1:
+                restored.append(key)
+        return restored
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def bucket_summary(self, bucket: dict[str, Any]) -> dict[str, Any]:
+        """What a bucket's report adds for the janitor (a scalable filter's layers)."""
+        return {}
+
+    def filter_reports(self) -> list[dict[str, Any]]:
+        """REPORT_FILL: one report per bucket in Redis."""
+        info = self.info()  # type: ignore[attr-defined]
+        keep = (
+            "label",
+            "fill_ratio",
+            "estimated_items",
+            "estimated_error_rate",
+            "over_capacity",
+            "ttl_ms",
+        )
+        return [
+            {
+                **{k: bucket[k] for k in keep},
+                "capacity": info["capacity_per_bucket"],
+                "error_rate": info["error_rate"],
+                **self.bucket_summary(bucket),
+            }
+            for bucket in info["buckets"]
+            if bucket["exists"]
+        ]
+
+    def bucket_infos(self) -> list[dict[str, Any]]:
+        """Each live bucket: label, whether it is current and exists, its expiry, and
+        the backend's ``filter_report`` of its blocks."""
+        out = []
+        for j, bucket in enumerate(self.window.live(self.now())):
+            keys = [self.bucket_key(b, bucket) for b in range(len(self.prefixes))]
+            ttls = [int(self.server.pttl(k)) for k in keys]
+            out.append(
+                {
+                    "label": bucket.label,
+                    "current": j == 0,
+                    "exists": any(t != -2 for t in ttls),
+                    "ttl_ms": max(ttls),
+                    **self.filter_report(keys),  # type: ignore[attr-defined]
+                }
+            )
+        return out
+
+    def window_info(self) -> dict[str, Any]:
+        return {
+            "window": self.window.name,
+            "window_count": self.window.count,
+            "window_tz": self.window.tz,
+            "buckets": self.bucket_infos(),
+        }
