@@ -146,6 +146,13 @@ DEDUP_JANITOR_LOCK_TIMEOUT = 60
 DEDUP_BATCH_SIZE = 500
 DEDUP_BATCH_THREADS = 4
 
+#: BatchDedupMiddleware: seconds a batch whose call failed (Redis unreachable, a
+#: failover under way) keeps trying, in its thread, before DEDUP_ON_ERROR applies.
+#: The crawl goes on meanwhile; only the batches in flight when Redis went away
+#: are let through after it (their answers may be their own writes), not every
+#: link found during the outage. 0: DEDUP_ON_ERROR at once.
+DEDUP_BATCH_OUTAGE_WAIT = 0
+
 #: Fingerprints one process keeps in memory once it knows they are recorded, to
 #: answer repeats with no round trip (0: off). Used with the backends whose answer
 #: never turns from seen back to new (set, bloom, scalable bloom); ignored, with a

@@ -451,16 +451,16 @@ class RFPDupeFilter(BaseDupeFilter):
         cached = [fp in known for fp in fps] if known is not None else [False] * len(fps)
         return Batch(requests, fps, expires, cached)
 
-    def check_batch(self, batch: Batch) -> BatchResult:
+    def check_batch(self, batch: Batch, patience: float = 0.0) -> BatchResult:
         """:meth:`check_fingerprints` for the fingerprints of ``batch`` the local cache
         does not know (those it knows answer "seen"). Safe to run in a thread."""
         if not any(batch.known):
-            return self.check_fingerprints(batch.fingerprints, batch.expires)
+            return self.check_fingerprints(batch.fingerprints, batch.expires, patience)
         todo = [i for i, known in enumerate(batch.known) if not known]
         if not todo:
             return BatchResult([True] * len(batch.known))
         sent = self.check_fingerprints(
-            [batch.fingerprints[i] for i in todo], [batch.expires[i] for i in todo]
+            [batch.fingerprints[i] for i in todo], [batch.expires[i] for i in todo], patience
         )
         seen = [True] * len(batch.known)
         ambiguous = [False] * len(batch.known)
@@ -470,12 +470,16 @@ class RFPDupeFilter(BaseDupeFilter):
         return BatchResult(seen, ambiguous, sent.retries, sent.error)
 
     def check_fingerprints(
-        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+        self,
+        fingerprints: Sequence[str],
+        expires: Sequence[float | None] | None = None,
+        patience: float = 0.0,
     ) -> BatchResult:
         """Check and record many fingerprints in one round trip per master, with
         DEDUP_ON_ERROR applied to the batch as :meth:`request_seen` applies it to one
-        request. Blocking and touching no stats: safe to run in a thread; then
-        :meth:`account` on the reactor thread."""
+        request, after ``patience`` seconds of trying again (DEDUP_BATCH_OUTAGE_WAIT).
+        Blocking and touching no stats: safe to run in a thread; then :meth:`account`
+        on the reactor thread."""
         backend = self.backend
         try:
             if not backend.opened:  # after clear(), say: opened again under the policy
@@ -486,7 +490,10 @@ class RFPDupeFilter(BaseDupeFilter):
                 raise self._translate(exc, fingerprints[0]) from exc
             error: Exception = exc
         again, retries, error = self._retry(
-            lambda: backend.check_and_add_many(fingerprints, expires), fingerprints[0], error
+            lambda: backend.check_and_add_many(fingerprints, expires),
+            fingerprints[0],
+            error,
+            patience,
         )
         if again is not None:
             return BatchResult([False] * len(again), again, retries)
@@ -593,23 +600,32 @@ class RFPDupeFilter(BaseDupeFilter):
         return False
 
     def _retry(
-        self, attempt: Callable[[], T], fp: str, error: Exception
+        self, attempt: Callable[[], T], fp: str, error: Exception, patience: float = 0.0
     ) -> tuple[T | None, int, Exception]:
         """After ``error``, a transient failure: with DEDUP_ON_ERROR='raise', call
         ``attempt`` again at once (the reactor must not sleep), up to
-        DEDUP_ERROR_RETRIES times. Returns its answer (None if every retry failed, or
-        none was made), the retries made and the last error. Touches no stats (the
-        batch path runs it in a thread)."""
-        if self.on_error != "raise":
-            return None, 0, error
-        for retries in range(1, self.retries + 1):
+        DEDUP_ERROR_RETRIES times; then, for ``patience`` seconds (a batch in its own
+        thread only), again after growing pauses. Returns its answer (None if every
+        retry failed, or none was made), the retries made and the last error. Touches
+        no stats (the batch path runs it in a thread)."""
+        at_once = self.retries if self.on_error == "raise" else 0
+        deadline = time.monotonic() + patience
+        pause = 0.05
+        retries = 0
+        while True:
+            if retries >= at_once:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None, retries, error
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, 1.0)
+            retries += 1
             try:
                 return attempt(), retries, error
             except FAILURES as exc:
                 if not self._transient(exc):
                     raise self._translate(exc, fp) from exc
                 error = exc
-        return None, self.retries, error
 
     def _translate(self, exc: Exception, fp: str) -> Exception:
         if isinstance(exc, DedupError):

@@ -47,6 +47,7 @@ class BatchDedupMiddleware:
         self.crawler = crawler
         self.size = options.size
         self.threads = options.threads
+        self.outage_wait = options.outage_wait
         self._pool: ThreadPool | None = None
         self._dupefilter: RFPDupeFilter | None = None
         self._looked_up = False
@@ -119,7 +120,9 @@ class BatchDedupMiddleware:
         batch = df.prepare_batch(requests)
         if all(batch.known):  # every one known recorded by the local cache: no round trip
             return df.account(batch, df.check_batch(batch), spider)
-        deferred = deferToThreadPool(reactor, self._threads(), df.check_batch, batch)
+        deferred = deferToThreadPool(
+            reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
+        )
         result = await maybe_deferred_to_future(deferred)
         return df.account(batch, result, spider)
 

@@ -362,6 +362,7 @@ class BatchOptions:
 
     size: int
     threads: int
+    outage_wait: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> BatchOptions:
@@ -387,4 +388,13 @@ class BatchOptions:
                 f"DEDUP_BATCH_THREADS must be a whole number of threads from 1 to "
                 f"{MAX_BATCH_THREADS}, got {threads:,}"
             )
-        return cls(size, threads)
+        outage_wait = config.check_float(
+            "DEDUP_BATCH_OUTAGE_WAIT",
+            value(settings, "DEDUP_BATCH_OUTAGE_WAIT"),
+            low=0.0,
+            high=3600.0,
+            low_open=False,
+            high_open=False,
+            allowed="a number of seconds from 0 to 3600 (e.g. 30; 0: do not wait)",
+        )
+        return cls(size, threads, outage_wait)

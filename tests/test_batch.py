@@ -351,3 +351,24 @@ def test_a_batch_after_clear_opens_the_filter_again(server, row):
     assert len(batch(df, again)) == 5  # forgotten by clear(), recorded again
     assert df.backend.opened
     assert all(df.request_seen(r.replace()) for r in requests)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("DEDUP_BATCH_SIZE", 0, "DEDUP_BATCH_SIZE must be a whole number of requests"),
+        ("DEDUP_BATCH_SIZE", 20_000, "one call holds the server for the whole batch"),
+        ("DEDUP_BATCH_THREADS", 100, "DEDUP_BATCH_THREADS must be a whole number of threads"),
+        ("DEDUP_BATCH_OUTAGE_WAIT", -1, "DEDUP_BATCH_OUTAGE_WAIT must be a number of seconds"),
+        ("DEDUP_BATCH_OUTAGE_WAIT", "soon", "DEDUP_BATCH_OUTAGE_WAIT must be a number of seconds"),
+    ],
+)
+def test_batch_settings_are_checked(setting, value, message):
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.exceptions import DedupConfigError
+    from scrapy_dedup_suite.options import BatchOptions
+
+    with pytest.raises(DedupConfigError, match=message):
+        BatchOptions.from_settings(Settings({setting: value}))
+    assert BatchOptions.from_settings(Settings()) == BatchOptions(500, 4, 0.0)

@@ -250,6 +250,43 @@ def test_the_raise_policy_retries_without_sleeping(monkeypatch):
 
 
 @pytest.mark.single_server
+@pytest.mark.parametrize("on_error", ["allow", "raise"])
+def test_a_batch_waits_out_an_outage_in_its_thread(monkeypatch, on_error):
+    """DEDUP_BATCH_OUTAGE_WAIT: a batch whose call failed tries again, with growing
+    pauses in its own thread, until the server is back; its answers are then taken
+    as new (the failed call may have run), never as seen."""
+    server = RedisServer(redis_server_binary()).start()
+    df = dupefilter({"REDIS_URL": server.url}, "hash", DEDUP_ON_ERROR=on_error)
+    df.open()
+    fps = fingerprints(50, "outage")
+    assert df.check_fingerprints(fps[:10]).seen == [False] * 10
+    server.stop()
+    pauses: list[float] = []
+    paused = threading.Event()
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        paused.set()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(df.check_fingerprints(fps, None, 600)))
+    thread.start()
+    assert paused.wait(60)  # its first call failed: the server is down
+    server.start()
+    thread.join(120)
+    assert not thread.is_alive()
+    (result,) = results
+    assert result.error is None and result.retries >= 1
+    assert result.seen == [False] * 50  # the ten recorded before the outage too: not trusted
+    assert pauses[0] == 0.05 and pauses == sorted(pauses)
+    assert df.backend.contains_many(fps) == [True] * 50
+    server.stop()
+
+
+@pytest.mark.single_server
 @pytest.mark.parametrize("row", ROWS)
 def test_full_memory_follows_the_policy(redis_settings, server, row, caplog):
     df = dupefilter(redis_settings, row)
