@@ -17,6 +17,7 @@ import redis
 
 from scrapy_dedup_suite.embedded import (
     EmbeddedRedis,
+    EmbeddedServerError,
     free_port,
     redisbloom_module,
     server_binary,
@@ -41,7 +42,20 @@ def bloom_module() -> tuple[str | None, str]:
     binary = redis_server_binary()
     if "valkey" in os.path.basename(binary):
         return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
-    return redisbloom_module()
+    module, why = redisbloom_module()
+    if module is None:
+        return None, why
+    # Loaded once for a try: a module built for another system must cost the native
+    # rows (skipped, saying why), never every test's server.
+    probe = EmbeddedRedis(binary=binary, extra_args=["--loadmodule", module])
+    try:
+        probe.start()
+    except EmbeddedServerError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else "no log"
+        return None, f"{module} did not load into {binary}: {reason}"
+    finally:
+        probe.stop()
+    return module, ""
 
 
 @cache
