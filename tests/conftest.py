@@ -47,6 +47,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"Bloom module (native-bloom rows): {module}"
         if module
         else f"native-bloom rows SKIPPED: {why}",
+        "Valkey 9 (hash-field expiry): "
+        + (valkey9_binary()[0] or f"SKIPPED: {valkey9_binary()[1]}"),
     ]
 
 
