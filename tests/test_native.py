@@ -120,10 +120,15 @@ def test_a_filter_made_with_other_parameters_is_refused_at_open(native):
 
 
 def test_the_record_names_the_setting_that_differs(native):
-    NativeBloomBackend(native, "t:n", NativeParams.create(10_000, 0.001, 1, 0)).open()
+    first = NativeBloomBackend(native, "t:n", NativeParams.create(10_000, 0.001, 1, 0))
+    first.open()
+    first.add_many(fingerprints(10))
     other = NativeBloomBackend(native, "t:n", NativeParams.create(10_000, 0.01, 1, 0))
     with pytest.raises(FilterMismatchError, match=r"DEDUP_BLOOM_ERROR_RATE = 0.001"):
         other.open()
+    bigger = NativeBloomBackend(native, "t:n", NativeParams.create(20_000, 0.001, 1, 0))
+    with pytest.raises(FilterMismatchError, match=r"Set DEDUP_BLOOM_CAPACITY = 10000 as when"):
+        bigger.open()
 
 
 def test_a_scaled_filter_opens_again_with_its_sub_filters(native):

@@ -135,6 +135,11 @@ class NativeBloomBackend(DedupBackend):
         return {}
 
     def _before_writing(self, found: dict[str, str]) -> None:
+        if found.get(self.meta_key) == "hash":
+            # The record first: it names the setting that differs and its stored value.
+            stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.meta_key).items()}
+            if stored:
+                self.compare_meta(self.meta_spec(), stored)
         self.check_filters([k for k, kind in found.items() if kind != "none" and self.is_filter(k)])
         current = [keys[0] for keys in self.filters(self.add_context())]
         missing = sum(found.get(key, "none") == "none" for key in current)
