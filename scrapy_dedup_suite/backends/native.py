@@ -152,14 +152,10 @@ class NativeBloomBackend(DedupBackend):
     def check_filters(self, keys: Sequence[str]) -> None:
         """Refuse filters whose own parameters (BF.INFO) are not this filter's: one
         made by hand or by another program, or with other settings."""
-        if not keys:
-            return
-        pipe = self.server.pipeline(transaction=False)
-        for key in keys:
-            pipe.execute_command("BF.INFO", key)
         p = self.params
-        for key, info in zip(keys, pipe.execute()):
-            info = {as_str(k): v for k, v in info.items()}
+        for key, info in zip(keys, self.filter_infos(keys)):
+            if info is None:  # gone since its type was read
+                continue
             filters = int(info.get("Number of filters") or 1)
             expansion = int(info.get("Expansion rate") or 0)
             grown = sum(p.block_capacity * p.expansion**j for j in range(filters))
