@@ -284,6 +284,12 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
         raise DedupConfigError(
             f"{url_setting} must be a string such as 'redis://127.0.0.1:6379/0', got {url!r}"
         )
+    if url_setting == "REDIS_URL" and (url or "").startswith(SENTINEL_SCHEME + "://"):
+        raise DedupConfigError(
+            f"REDIS_URL {url!r} names sentinels, and scrapy-redis's queue, which reads "
+            "REDIS_URL too, does not speak Sentinel: put the redis+sentinel:// URL in "
+            "DEDUP_REDIS_URL, or use DEDUP_REDIS_SENTINELS"
+        )
     cluster = config.check_bool(
         "DEDUP_REDIS_CLUSTER",
         settings.get("DEDUP_REDIS_CLUSTER", config.default("DEDUP_REDIS_CLUSTER")),

@@ -68,6 +68,10 @@ def test_sentinels_from_settings_and_from_a_url():
             "a Redis Cluster fails over by itself",
         ),
         ({"DEDUP_REDIS_SENTINELS": ["h:1"], "DEDUP_REDIS_SENTINEL_PARAMS": "pw"}, "must be a dict"),
+        (
+            {"REDIS_URL": "redis+sentinel://h:1/s"},
+            "put the redis\\+sentinel:// URL in DEDUP_REDIS_URL",
+        ),
     ],
 )
 def test_bad_sentinel_settings_are_one_line_errors(settings, message):
