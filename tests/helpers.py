@@ -15,6 +15,8 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
+from scrapy_dedup_suite.backends import HashBackend
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The settings that build each row of the backend table (conftest.BACKENDS) from a
@@ -136,6 +138,13 @@ def connect(url: str, topology: str) -> Any:
 def all_keys(client: Any) -> list[bytes]:
     """Every key on the server or on every master of the cluster, sorted."""
     return sorted(client.scan_iter(match="*", count=1000))
+
+
+def janitor_hash(server: Any, key: str, **kw: Any) -> HashBackend:
+    """A hash filter kept the janitor's way (expiry timestamps in its fields) on any
+    server, for the tests of that way; a server that expires fields itself would
+    otherwise be given the new filter (see test_field_expiry.py)."""
+    return HashBackend(server, key, field_expiry=False, **kw)
 
 
 def fingerprints(n: int, salt: str = "") -> list[str]:

@@ -1,4 +1,5 @@
-"""The hash backend: per-fingerprint expiry on the Redis server's clock."""
+"""The hash backend the janitor's way: per-fingerprint expiry timestamps on the Redis
+server's clock, on any server (the server's own field expiry: test_field_expiry.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import time
 
 import pytest
 
-from scrapy_dedup_suite.backends import HashBackend
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 
-from .helpers import fingerprints
+from .helpers import fingerprints, janitor_hash
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 
@@ -20,7 +20,7 @@ def server_ms(server) -> int:
 
 
 def test_field_holds_expiry_by_server_clock(server):
-    backend = HashBackend(server, "t:h", expire=3600, shards=4)
+    backend = janitor_hash(server, "t:h", expire=3600, shards=4)
     backend.open()
     (fp,) = fingerprints(1)
     before = server_ms(server)
@@ -31,7 +31,7 @@ def test_field_holds_expiry_by_server_clock(server):
 
 
 def test_expired_fingerprint_is_new_again_and_refreshed(server):
-    backend = HashBackend(server, "t:h", expire=0.6, shards=2)
+    backend = janitor_hash(server, "t:h", expire=0.6, shards=2)
     backend.open()
     a, b = fingerprints(2)
     assert backend.check_and_add(a) is False
@@ -46,7 +46,7 @@ def test_expired_fingerprint_is_new_again_and_refreshed(server):
 
 
 def test_expired_fields_stay_until_purged(server):
-    backend = HashBackend(server, "t:h", expire=0.2, shards=1)
+    backend = janitor_hash(server, "t:h", expire=0.2, shards=1)
     backend.open()
     backend.add_many(fingerprints(10))
     time.sleep(0.3)
@@ -55,7 +55,7 @@ def test_expired_fields_stay_until_purged(server):
 
 
 def test_fingerprints_spread_over_shards(server):
-    backend = HashBackend(server, "t:h", shards=8)
+    backend = janitor_hash(server, "t:h", shards=8)
     backend.open()
     backend.add_many(fingerprints(800))
     sizes = [server.hlen(k) for k in backend.shard_keys]
@@ -64,13 +64,13 @@ def test_fingerprints_spread_over_shards(server):
 
 
 def test_shard_count_is_fixed_at_creation(server):
-    HashBackend(server, "t:h", shards=4).open()
+    janitor_hash(server, "t:h", shards=4).open()
     with pytest.raises(FilterMismatchError, match="shards: stored '4', configured '8'"):
-        HashBackend(server, "t:h", shards=8).open()
+        janitor_hash(server, "t:h", shards=8).open()
 
 
 def test_a_corrupt_expiry_is_an_error_not_overwritten(server):
-    backend = HashBackend(server, "t:h", shards=1)
+    backend = janitor_hash(server, "t:h", shards=1)
     backend.open()
     (fp,) = fingerprints(1)
     server.hset("t:h:0", fp, "yesterday")
@@ -84,12 +84,12 @@ def test_a_corrupt_expiry_is_an_error_not_overwritten(server):
 @pytest.mark.parametrize("expire", [0, -1, "soon", float("inf")])
 def test_bad_expire(server, expire):
     with pytest.raises(DedupConfigError, match="DEDUP_EXPIRE"):
-        HashBackend(server, "t:h", expire=expire)
-    backend = HashBackend(server, "t:h")
+        janitor_hash(server, "t:h", expire=expire)
+    backend = janitor_hash(server, "t:h")
     with pytest.raises(DedupConfigError, match="dedup_expire"):
         backend.check_and_add(fingerprints(1)[0], expire=expire)
 
 
 def test_bad_shards(server):
     with pytest.raises(DedupConfigError, match="DEDUP_HASH_SHARDS"):
-        HashBackend(server, "t:h", shards=0)
+        janitor_hash(server, "t:h", shards=0)

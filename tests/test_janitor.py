@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
+from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.janitor import Janitor
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .helpers import ROOT, crawl, fingerprints, setting_args, settings_for
+from .helpers import ROOT, crawl, fingerprints, janitor_hash, setting_args, settings_for
 from .servers import poll_until
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
@@ -25,7 +25,7 @@ ON_CLUSTER = True  # tests that use `server` also run on the three-master cluste
 
 def seeded_hash(server, key="t:h", expired=3000, live=2000, shards=4):
     """A hash backend holding ``expired`` expired and ``live`` live fingerprints."""
-    backend = HashBackend(server, key, shards=shards)
+    backend = janitor_hash(server, key, shards=shards)
     backend.open()
     old = fingerprints(expired, salt="old")
     new = fingerprints(live, salt="new")
@@ -75,7 +75,7 @@ def test_works_in_bounded_batches(server):
 
 def test_two_janitors_at_once_do_one_pass(server):
     backend, old, _new = seeded_hash(server)
-    other = Janitor(HashBackend(server, "t:h", shards=4))
+    other = Janitor(janitor_hash(server, "t:h", shards=4))
     inner = []
 
     def start_the_other(shard_key, candidates):
@@ -191,7 +191,7 @@ def test_killed_janitor_is_finished_by_the_next(redis_settings, server):
     left = len(all_fields(server, backend))
     assert len(new) < left < len(old) + len(new)
     # Its lock is still held: a janitor started now skips its pass...
-    again = Janitor(HashBackend(server, "killed:dedup-hash", shards=4))
+    again = Janitor(janitor_hash(server, "killed:dedup-hash", shards=4))
     assert again.run_pass().skipped
     # ...and once the lock has expired, the next pass resumes and finishes.
     poll_until(lambda: not server.exists("killed:dedup-hash:janitor:lock"))
@@ -250,7 +250,7 @@ def test_command_runs_as_a_service_until_terminated(redis_settings, server):
 
 
 def test_growth_warning(server):
-    backend = HashBackend(server, "t:g", shards=1)
+    backend = janitor_hash(server, "t:g", shards=1)
     backend.open()
     janitor = Janitor(backend)
     warnings = []
@@ -296,8 +296,8 @@ def test_windowed_expiry_restored(server):
 
 
 def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, redis_settings, server):
-    HashBackend(server, "site:dedup-hash", shards=4).open()
-    HashBackend(server, "site:dedup-hash", shards=4).add_many(fingerprints(700), expire=0.05)
+    janitor_hash(server, "site:dedup-hash", shards=4).open()
+    janitor_hash(server, "site:dedup-hash", shards=4).add_many(fingerprints(700), expire=0.05)
     time.sleep(0.1)
     settings = settings_for(
         redis_settings,

@@ -13,7 +13,7 @@ import redis
 
 from scrapy_dedup_suite.embedded import free_port
 
-from .helpers import ROOT, crawl, fingerprints
+from .helpers import ROOT, crawl, fingerprints, janitor_hash
 
 SPIDER = """
 import scrapy
@@ -150,14 +150,14 @@ def test_memory_is_written_one_way(size, shown):
 
 
 def test_dedup_info_shows_what_each_backend_holds(redis_server):
-    from scrapy_dedup_suite.backends import BloomBackend, HashBackend, SetBackend
+    from scrapy_dedup_suite.backends import BloomBackend, SetBackend
     from scrapy_dedup_suite.bloom_math import BloomParams
 
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     fps = fingerprints(300, "info")
     SetBackend(client, "site:dupefilter").add_many(fps)
-    hashes = HashBackend(client, "site:dedup-hash", shards=4)
+    hashes = janitor_hash(client, "site:dedup-hash", shards=4)
     hashes.open()
     hashes.add_many(fps[:100], expire=0.001)
     hashes.add_many(fps[100:], expire=3600)
