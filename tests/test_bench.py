@@ -64,7 +64,7 @@ def test_request_seen_bench_runs(redis_server):
 
 
 def test_server_features_bench_runs(redis_server):
-    from .servers import bloom_module, valkey9_binary
+    from .servers import bloom_module, redis8_binary, valkey9_binary
 
     proc = subprocess.run(
         [sys.executable, "-m", "bench.server_features", "--fingerprints", "400", "--probes",
@@ -75,6 +75,7 @@ def test_server_features_bench_runs(redis_server):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert ("native-bloom (BF.*" in out) == (bloom_module()[0] is not None), out
-    assert ("hash, server's field expiry" in out) == (valkey9_binary()[0] is not None), out
+    for label, found in (("Valkey 9", valkey9_binary), ("Redis 8", redis8_binary)):
+        assert (f"hash, server's field expiry ({label})" in out) == (found()[0] is not None), out
     assert "hash, DEDUP_WAIT_REPLICAS = 1" in out
     assert "false positives" in out or "skipped" in out
