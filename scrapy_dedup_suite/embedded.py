@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -69,9 +70,18 @@ def packaged_file(env: str, package: str, *parts: str) -> tuple[str | None, str]
         path = str(Path(next(iter(spec.submodule_search_locations)), *parts))
     if not os.path.exists(path):
         return None, f"no {parts[-1]} at {path}"
-    copy = Path(tempfile.mkdtemp(f"-{package}")) / parts[-1]
-    shutil.copyfile(path, copy)
-    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
+    # One copy per source file (path, size and time in its name), reused by every
+    # test process and run instead of a new copy of tens of MB each time.
+    source = os.stat(path)
+    tag = f"{path}:{source.st_size}:{source.st_mtime_ns}".encode()
+    folder = Path(tempfile.gettempdir(), f"scrapy-dedup-suite-{package}-{zlib.crc32(tag):08x}")
+    copy = folder / parts[-1]
+    if not copy.exists():
+        folder.mkdir(exist_ok=True)
+        partial = folder / f".{parts[-1]}.{os.getpid()}"
+        shutil.copyfile(path, partial)
+        partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IRUSR)
+        os.replace(partial, copy)  # atomic: a process racing this one finds a whole file
     return str(copy), ""
 
 

@@ -15,12 +15,16 @@ what backs README's "Which server gives what".
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scrapy_dedup_suite.backends.native import NoBloomModuleError
+from scrapy_dedup_suite.embedded import packaged_file
 
 from .conftest import BACKENDS, NATIVE_ROWS, ROWS
 from .helpers import all_keys, connect, fingerprints
@@ -117,3 +121,25 @@ def test_every_backend_on_every_server(kind, row):
 
     backend.clear()
     assert other.check_and_add_many(new[:10]) == [False] * 10
+
+
+def test_a_packaged_server_is_copied_once_executable_and_whole(tmp_path, monkeypatch):
+    """Wheels may drop the execute bit: the file is copied with it, once per source
+    file (every later call and process reuses it), and a changed source gets a new copy."""
+    source = tmp_path / "fake-server"
+    source.write_bytes(b"#!/bin/sh\necho one\n")
+    source.chmod(0o644)
+    monkeypatch.setenv("DEDUP_TEST_FAKE_SERVER", str(source))
+    first, why = packaged_file("DEDUP_TEST_FAKE_SERVER", "unused", "fake-server")
+    assert why == "" and first is not None and first != str(source)
+    assert os.stat(first).st_mode & stat.S_IXUSR
+    again, _ = packaged_file("DEDUP_TEST_FAKE_SERVER", "unused", "fake-server")
+    assert again == first
+    source.write_bytes(b"#!/bin/sh\necho two, longer\n")
+    changed, _ = packaged_file("DEDUP_TEST_FAKE_SERVER", "unused", "fake-server")
+    assert changed != first and Path(changed).read_bytes() == source.read_bytes()
+    monkeypatch.setenv("DEDUP_TEST_FAKE_SERVER", str(tmp_path / "missing"))
+    assert packaged_file("DEDUP_TEST_FAKE_SERVER", "unused", "fake-server") == (
+        None,
+        f"no fake-server at {tmp_path / 'missing'}",
+    )
