@@ -140,12 +140,12 @@ def bloom_section(redis_binary: str, n: int, probes: list[str], batch: int) -> N
 
 
 def hash_section(n: int, batch: int) -> None:
+    fps = fingerprints(n, "hash")
     for label, found in (("Valkey 9", valkey9_server), ("Redis 8", redis8_server)):
         binary, why = found()
         if binary is None:
             print(f"hash with the server's field expiry on {label}: skipped ({why})\n")
             continue
-        fps = fingerprints(n, "hash")
         with server(binary) as client:
             rows = [
                 row(

