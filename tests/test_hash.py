@@ -93,3 +93,16 @@ def test_bad_expire(server, expire):
 def test_bad_shards(server):
     with pytest.raises(DedupConfigError, match="DEDUP_HASH_SHARDS"):
         janitor_hash(server, "t:h", shards=0)
+
+
+def test_a_damaged_field_refuses_the_whole_batch_before_writing(server):
+    backend = janitor_hash(server, "t:h", expire=3600, shards=1)
+    backend.open()
+    batch = fingerprints(10, "damaged")
+    server.hset(backend.shard_of(batch[-1]), batch[-1], "not a number")
+    with pytest.raises(Exception, match="is not an expiry timestamp"):
+        backend.check_and_add_many(batch)
+    # All or nothing: the nine before the damaged field were not recorded either.
+    assert server.hlen(backend.shard_of(batch[0])) == 1
+    assert backend.check_and_add_many(batch[:9]) == [False] * 9
+    assert backend.check_and_add_many(batch[:9] + batch[:1]) == [True] * 10

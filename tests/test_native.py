@@ -310,3 +310,21 @@ def test_the_command_migrates_into_native_bloom(native, redis_settings):
     assert "verified" in result.stdout
     backend = NativeBloomBackend(native, "s:native-bloom", NativeParams.create(10_000, 0.001, 0, 0))
     assert all(backend.contains_many(fingerprints(2_000)))
+
+
+def test_a_batch_that_would_overfill_a_nonscaling_filter_writes_nothing(native):
+    backend = NativeBloomBackend(native, "t:n", NativeParams.create(100, 0.01, 1, 0))
+    backend.open()
+    for fp in fingerprints(95, "before"):
+        backend.check_and_add(fp)
+    key = backend.prefixes[0]
+    held = native.execute_command("BF.CARD", key)
+    batch = fingerprints(20, "batch")
+    with pytest.raises(Exception, match="non scaling filter is full"):
+        backend.check_and_add_many(batch)
+    # All or nothing: none of the batch was recorded, so none of its pages is lost.
+    assert native.execute_command("BF.CARD", key) == held
+    assert not any(backend.contains_many(batch))
+    # What fits still goes in.
+    backend.check_and_add_many(batch[: 100 - held])
+    assert held < native.execute_command("BF.CARD", key) <= 100

@@ -20,6 +20,16 @@ for i = 6, #ARGV, 2 do
   offsets[#offsets + 1] = positions
 end
 dedup_check_stamps(size, ARGV[1])
+-- Every bitmap this call may write is checked before the first write, so a
+-- damaged one refuses the whole call instead of keeping what came before it.
+local checked = {}
+for i = 1, #groups do
+  local key = KEYS[groups[i] + 1]
+  if not checked[key] then
+    checked[key] = true
+    dedup_check_bitmap(key, m)
+  end
+end
 local out = {}
 for i = 1, #groups do
   local g, positions = groups[i], offsets[i]

@@ -24,7 +24,10 @@ end
 insert[#insert + 1] = 'ITEMS'
 local items = #insert + 1
 dedup_check_stamps(size, ARGV[1])
-local out = {}
+-- First every answer (BF.EXISTS), then the writes. A NONSCALING filter that could
+-- not take every fingerprint this call adds to it refuses the whole call before
+-- anything is written: never a part of a batch recorded and the rest refused.
+local out, adds = {}, {}
 for i = 7, #ARGV, 2 do
   local g = (tonumber(ARGV[i]) - 1) * size + 1
   local fp = ARGV[i + 1]
@@ -35,21 +38,48 @@ for i = 7, #ARGV, 2 do
       break
     end
   end
+  if answer == 0 and rcall('BF.EXISTS', KEYS[g + 1], fp) == 1 then answer = 1 end
   if answer == 0 then
     local key = KEYS[g + 1]
+    local pending = adds[key]
+    if not pending then
+      pending = {}
+      adds[key] = pending
+    end
+    pending[fp] = true
+  end
+  out[#out + 1] = answer
+end
+if ARGV[4] == '0' then
+  local capacity = tonumber(ARGV[2])
+  for key, pending in pairs(adds) do
+    local count = 0
+    for _ in pairs(pending) do count = count + 1 end
+    local items = rcall('BF.CARD', key)
+    if items + count > capacity then
+      dedup_fail('Bloom filter ' .. key .. ': non scaling filter is full (it holds ' .. items
+        .. ' of its capacity ' .. capacity .. ' and this call would add ' .. count .. ')')
+    end
+  end
+end
+for i = 7, #ARGV, 2 do
+  local j = (i - 5) / 2
+  if out[j] == 0 then
+    local g = (tonumber(ARGV[i]) - 1) * size + 1
+    local key = KEYS[g + 1]
     dedup_stamp(KEYS[g], ARGV[1])
-    insert[items] = fp
+    insert[items] = ARGV[i + 1]
     local added = rcall('BF.INSERT', key, unpack(insert))[1]
     if type(added) == 'table' then
       -- A NONSCALING filter that is full: refuse, never answer "seen".
       dedup_fail('Bloom filter ' .. key .. ' refused a fingerprint: ' .. tostring(added.err))
     end
-    if added == 0 then answer = 1 end
+    -- 0: a repeat within this call (or a false positive of the bits just set): seen.
+    if added == 0 then out[j] = 1 end
     -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
     if ttl > 0 and rcall('PTTL', key) == -1 then
       rcall('PEXPIRE', key, ttl)
     end
   end
-  out[#out + 1] = answer
 end
 return out

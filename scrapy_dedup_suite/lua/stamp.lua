@@ -40,16 +40,21 @@ end
 -- A bitmap is created at its full size (SETBIT on the last offset of a missing
 -- key allocates exactly m/8 bytes), so Redis never grows it piecemeal; one that
 -- exists with another length was damaged (truncated, overwritten) and is refused.
-local function dedup_ensure_bitmap(key, m)
+-- The length of the bitmap at key: 0 (missing) or m/8 bytes; any other is refused.
+local function dedup_check_bitmap(key, m)
   local len = rcall('STRLEN', key)
-  if len == 0 then
-    rcall('SETBIT', key, m - 1, 0)
-    return 1
-  end
   local want = (m + 7 - (m + 7) % 8) / 8
-  if len ~= want then
+  if len ~= 0 and len ~= want then
     dedup_fail('Bloom bitmap ' .. key .. ' holds ' .. len .. ' bytes, not ' .. want
       .. ': it was truncated or overwritten, so it no longer holds what was recorded')
+  end
+  return len
+end
+
+local function dedup_ensure_bitmap(key, m)
+  if dedup_check_bitmap(key, m) == 0 then
+    rcall('SETBIT', key, m - 1, 0)
+    return 1
   end
   return 0
 end
