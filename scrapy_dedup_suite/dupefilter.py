@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +84,11 @@ TRANSIENT_REPLIES = ("BUSY ", "NOREPLICAS ")
 
 #: What a failed dedup call raises (RedisClusterException is not a RedisError).
 FAILURES = (RedisError, RedisClusterException, DedupBackendError)
+
+
+def _never() -> bool:
+    return False
+
 
 #: scrapy-redis's key for a dupefilter built without a spider (``from_settings``).
 SCRAPY_REDIS_DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
@@ -211,10 +215,15 @@ class RFPDupeFilter(BaseDupeFilter):
         # fingerprint function directly.
         overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
         self._fp = self.request_fingerprint if overridden else self.fingerprint
-        # Requests a batch checked and recorded (BatchDedupMiddleware): request_seen
-        # admits each once without a round trip. By identity, so a replace() copy or
-        # a redirect, which inherit meta, are checked again.
-        self._admitted: weakref.WeakSet[Request] = weakref.WeakSet()
+        # Fingerprints a batch checked and recorded as new (BatchDedupMiddleware), each
+        # with how many of its requests were let through: request_seen answers "new"
+        # that many times without a round trip, whatever object carries the fingerprint
+        # (a replace() copy made after the batch is admitted as the original was).
+        self._admitted: dict[str, int] = {}
+        #: Whether the crawl is closing (BatchDedupMiddleware sets it): batches then
+        #: stop waiting out an outage, and once one has failed the next fail at once.
+        self.closing: Callable[[], bool] = _never
+        self._failed_while_closing: Exception | None = None
         self._known: KnownFingerprints | None = None
         local_cache = check_local_cache(local_cache)
         if local_cache and STABLE_ANSWERS in backend.capabilities:
@@ -360,6 +369,23 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.stats is not None and self.backend.unreplicated:
             # Writes whose WAIT (DEDUP_WAIT_REPLICAS) timed out.
             self.stats.set_value("dedup/unreplicated", self.backend.unreplicated)
+        self.report_unclaimed()
+
+    def report_unclaimed(self) -> int:
+        """Say (once) how many requests a batch recorded as new that never reached the
+        scheduler: their pages are recorded but were not queued. Returns that number."""
+        count = sum(self._admitted.values())
+        if count:
+            self._admitted.clear()
+            if self.stats is not None:
+                self.stats.inc_value("dedup/batch_unclaimed", count)
+            self.logger.warning(
+                "%d request(s) that BatchDedupMiddleware recorded as new never reached the "
+                "scheduler (a component after it dropped them): their pages are recorded as "
+                "seen without having been queued",
+                count,
+            )
+        return count
 
     def clear(self) -> None:
         """Delete everything the backend stored (scrapy-redis calls this when
@@ -376,10 +402,10 @@ class RFPDupeFilter(BaseDupeFilter):
         return self.fingerprint(request)
 
     def request_seen(self, request: Request) -> bool:
-        if self._admitted and request in self._admitted:
-            self._admitted.discard(request)
-            return False
         fp = self._fp(request)
+        if self._admitted and fp in self._admitted:
+            self._claim(fp)  # a batch checked and recorded it: no second round trip
+            return False
         known = self._known
         if known is not None and fp in known:
             self._count_filtered(0, cached=1)
@@ -405,6 +431,13 @@ class RFPDupeFilter(BaseDupeFilter):
         elif self.stats is not None:
             self.stats.inc_value("dedup/added")
         return seen
+
+    def _claim(self, fp: str) -> None:
+        left = self._admitted[fp] - 1
+        if left:
+            self._admitted[fp] = left
+        else:
+            del self._admitted[fp]
 
     def _count_filtered(self, count: int = 1, cached: int = 0) -> None:
         stats = self.stats
@@ -481,22 +514,27 @@ class RFPDupeFilter(BaseDupeFilter):
         Blocking and touching no stats: safe to run in a thread; then :meth:`account`
         on the reactor thread."""
         backend = self.backend
-        try:
-            if not backend.opened:  # after clear(), say: opened again under the policy
-                backend.open()
-            return BatchResult(backend.check_and_add_many(fingerprints, expires))
-        except FAILURES as exc:
-            if not self._transient(exc):
-                raise self._translate(exc, fingerprints[0]) from exc
-            error: Exception = exc
-        again, retries, error = self._retry(
-            lambda: backend.check_and_add_many(fingerprints, expires),
-            fingerprints[0],
-            error,
-            patience,
-        )
-        if again is not None:
-            return BatchResult([False] * len(again), again, retries)
+        error: Exception | None = self._failed_while_closing if self.closing() else None
+        retries = 0
+        if error is None:  # else Redis failed once the crawl began closing: do not wait again
+            try:
+                if not backend.opened:  # after clear(), say: opened again under the policy
+                    backend.open()
+                return BatchResult(backend.check_and_add_many(fingerprints, expires))
+            except FAILURES as exc:
+                if not self._transient(exc):
+                    raise self._translate(exc, fingerprints[0]) from exc
+                error = exc
+            again, retries, error = self._retry(
+                lambda: backend.check_and_add_many(fingerprints, expires),
+                fingerprints[0],
+                error,
+                patience,
+            )
+            if again is not None:
+                return BatchResult([False] * len(again), again, retries)
+            if self.closing():
+                self._failed_while_closing = error
         if self.on_error == "raise":
             raise DedupBackendError(
                 f"Redis failed while checking a batch of {len(fingerprints)} request(s) against "
@@ -527,6 +565,7 @@ class RFPDupeFilter(BaseDupeFilter):
                 {"count": len(requests), "error": result.error},
             )
         known = self._known
+        admitted = self._admitted
         ambiguous = result.ambiguous or [False] * len(requests)
         new = []
         added = unsure = cached = 0
@@ -542,7 +581,7 @@ class RFPDupeFilter(BaseDupeFilter):
                 continue
             unsure += maybe
             added += not maybe
-            self._admitted.add(request)
+            admitted[fp] = admitted.get(fp, 0) + 1
             new.append(request)
         filtered = len(requests) - len(new)
         self._count_filtered(filtered - cached, cached)
@@ -614,10 +653,8 @@ class RFPDupeFilter(BaseDupeFilter):
         retries = 0
         while True:
             if retries >= at_once:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if not self._pause(min(pause, deadline - time.monotonic())):
                     return None, retries, error
-                time.sleep(min(pause, left))
                 pause = min(2 * pause, 1.0)
             retries += 1
             try:
@@ -626,6 +663,18 @@ class RFPDupeFilter(BaseDupeFilter):
                 if not self._transient(exc):
                     raise self._translate(exc, fp) from exc
                 error = exc
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep ``seconds`` (in a batch's thread), in steps short enough to stop as soon
+        as the crawl begins closing. False: no pause left, or closing."""
+        end = time.monotonic() + seconds
+        while True:
+            if self.closing():
+                return False
+            left = end - time.monotonic()
+            if left <= 0:
+                return seconds > 0
+            time.sleep(min(left, 0.05))
 
     def _translate(self, exc: Exception, fp: str) -> Exception:
         if isinstance(exc, DedupError):

@@ -5,17 +5,33 @@ Turned on with one line::
     SPIDER_MIDDLEWARES = {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}
 
 It collects the requests a callback yields (up to ``DEDUP_BATCH_SIZE``, and at
-the end of the callback's output), fingerprints them, checks and records them
-in one call to the dupefilter's backend (one round trip on a single server, one
-per master touched on a cluster), drops the duplicates with the dupefilter's
-stats and log lines, and passes the new ones on; the dupefilter then admits
-those without another round trip. Items pass through at once, never held back
-for requests; ``dont_filter`` requests are left alone. Start requests are
-batched the same way.
+the end of the callback's output, or when the callback raises), fingerprints
+them, checks and records them in one call to the dupefilter's backend (one round
+trip on a single server, one per master touched on a cluster), drops the
+duplicates with the dupefilter's stats and log lines, and passes the new ones
+on; the dupefilter then admits their fingerprints without another round trip.
+Items pass through at once, never held back for requests; ``dont_filter``
+requests are left alone.
 
 The round trip runs on a thread of its own pool, so the reactor (asyncio's or
 any other) goes on downloading and parsing while a batch is in flight; the
 callback's output resumes when the answer is in.
+
+What it records must reach the scheduler, or the page would count as seen
+without having been queued. So, by construction:
+
+- it batches a callback's output only, which Scrapy's engine waits for when a
+  spider closes; start requests pass on unbatched (the engine reads ``start()``
+  while a spider closes and drops what it read after the close), and the
+  scheduler checks them one by one as without this middleware;
+- it must be the last spider middleware that can drop or replace requests in
+  the output chain (the lowest order among them): at the first page it looks,
+  and if one comes after it, it batches nothing and says which and what order
+  to set;
+- what a callback yielded before raising is checked and passed on before the
+  exception, as Scrapy schedules it without this middleware;
+- once the crawl begins closing, a batch stops waiting out an outage
+  (DEDUP_BATCH_OUTAGE_WAIT), so a close ends within one socket timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +41,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
+from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.misc import load_object
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
@@ -38,6 +56,32 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
+
+#: Spider middlewares known to pass every request of a callback's output on as it
+#: is (Scrapy's own), wherever they stand.
+PASS_THROUGH = {"scrapy.spidermiddlewares.start.StartSpiderMiddleware"}
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def passes_requests_on(mw: Any) -> bool:
+    """Whether the spider middleware ``mw`` certainly passes every request of a
+    callback's output on unchanged: it has no output hook, is one of Scrapy's known
+    to, or is a ``BaseSpiderMiddleware`` that overrides none of the request hooks."""
+    cls = type(mw)
+    if class_path(cls) in PASS_THROUGH:
+        return True
+    hooks = ("process_spider_output", "process_spider_output_async")
+    if not any(hasattr(mw, name) for name in hooks):
+        return True
+    if isinstance(mw, BaseSpiderMiddleware):
+        base = BaseSpiderMiddleware
+        return all(
+            getattr(cls, name) is getattr(base, name) for name in (*hooks, "get_processed_request")
+        )
+    return False
 
 
 class BatchDedupMiddleware:
@@ -60,8 +104,9 @@ class BatchDedupMiddleware:
     # -- the dupefilter ------------------------------------------------------------------
 
     def dupefilter(self) -> RFPDupeFilter | None:
-        """The scheduler's dupefilter, when it is this package's (else None: the
-        middleware passes everything on and the scheduler filters as before)."""
+        """The scheduler's dupefilter, when it is this package's and nothing after this
+        middleware can drop or replace requests (else None: the middleware passes
+        everything on and the scheduler filters as before)."""
         if not self._looked_up:
             engine = self.crawler.engine
             slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
@@ -70,9 +115,7 @@ class BatchDedupMiddleware:
                 return None  # the engine has not opened the spider yet: look again later
             self._looked_up = True
             df = getattr(scheduler, "df", None)
-            if isinstance(df, RFPDupeFilter):
-                self._dupefilter = df
-            else:
+            if not isinstance(df, RFPDupeFilter):
                 logger.warning(
                     "BatchDedupMiddleware is enabled but the scheduler's dupefilter is %s, not "
                     "scrapy_dedup_suite.dupefilter.RFPDupeFilter: requests pass through "
@@ -80,33 +123,82 @@ class BatchDedupMiddleware:
                     '"scrapy_dedup_suite.dupefilter.RFPDupeFilter".',
                     type(df).__name__ if df is not None else "missing",
                 )
+            elif self._placed_last():
+                df.closing = self.closing
+                self._dupefilter = df
         return self._dupefilter
+
+    def _placed_last(self) -> bool:
+        """Whether no spider middleware that may drop or replace requests sees a
+        callback's output after this one; if one does, say which and what to set."""
+        middlewares = list(self.crawler.engine.scraper.spidermw.middlewares)
+        mine = next(i for i, mw in enumerate(middlewares) if mw is self)
+        # The output runs from the spider to the engine: from the last middleware of
+        # the list (highest order) to the first, so those before this one come after it.
+        after = [mw for mw in middlewares[:mine] if not passes_requests_on(mw)]
+        if not after:
+            return True
+        orders = self._orders()
+        named = [f"{class_path(type(mw))} (order {orders.get(type(mw), '?')})" for mw in after]
+        lowest = min((orders[type(mw)] for mw in after if type(mw) in orders), default=None)
+        advice = (
+            f"give it an order lower than {lowest}, e.g. SPIDER_MIDDLEWARES = "
+            f'{{"{class_path(type(self))}": {lowest - 1}}}'
+            if lowest is not None
+            else "give it the lowest order of the spider middlewares"
+        )
+        logger.warning(
+            "BatchDedupMiddleware passes requests on unbatched: %s see(s) a callback's "
+            "output after it and may drop or replace requests it has already recorded as "
+            "seen, which would lose their pages. To batch, %s.",
+            ", ".join(named),
+            advice,
+        )
+        return False
+
+    def _orders(self) -> dict[type, int]:
+        """Each enabled spider middleware's class and its order in SPIDER_MIDDLEWARES."""
+        orders: dict[type, int] = {}
+        for path, order in self.crawler.settings.getwithbase("SPIDER_MIDDLEWARES").items():
+            if order is None:
+                continue
+            try:
+                cls = load_object(path) if isinstance(path, str) else path
+            except (ImportError, ValueError, NameError):
+                continue
+            orders[cls] = order
+        return orders
+
+    def closing(self) -> bool:
+        """Whether the crawl is closing or stopping (read from batch threads too)."""
+        engine = self.crawler.engine
+        if engine is None or not engine.running:
+            return True
+        slot = getattr(engine, "_slot", None)
+        return slot is None or getattr(slot, "closing", None) is not None
 
     # -- spider output -------------------------------------------------------------------
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
-        async for out in self._batched(result, spider):
-            yield out
-
-    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        async for out in self._batched(start, self.crawler.spider):
-            yield out
-
-    async def _batched(
-        self, result: AsyncIterator[Any], spider: Spider | None
-    ) -> AsyncIterator[Any]:
         pending: list[Request] = []
-        async for out in result:
-            if not isinstance(out, Request) or out.dont_filter:
-                yield out
-                continue
-            pending.append(out)
-            if len(pending) >= self.size:
+        try:
+            async for out in result:
+                if not isinstance(out, Request) or out.dont_filter:
+                    yield out
+                    continue
+                pending.append(out)
+                if len(pending) >= self.size:
+                    batch, pending = pending, []
+                    for request in await self._check(batch, spider):
+                        yield request
+        except Exception:
+            # Scrapy schedules what a callback yielded before it raised: so do we.
+            if pending:
                 for request in await self._check(pending, spider):
                     yield request
-                pending = []
+            raise
         if pending:
             for request in await self._check(pending, spider):
                 yield request
@@ -133,6 +225,8 @@ class BatchDedupMiddleware:
         return self._pool
 
     def _stop_pool(self) -> None:
+        if self._dupefilter is not None:
+            self._dupefilter.report_unclaimed()  # scrapy-redis's scheduler never closes it
         if self._pool is not None:
             self._pool.stop()
             self._pool = None

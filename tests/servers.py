@@ -124,12 +124,25 @@ def site_links(page: int, pages: int, links: int) -> list[int]:
     return [(page + 1) % pages] + [(page * 7 + i * 13 + 1) % pages for i in range(1, links)]
 
 
-class Site:
-    """``/page/N`` for N < pages, each with ``links`` links to other pages."""
+def tree_links(page: int, pages: int, links: int) -> list[int]:
+    """A tree: page N links to its children N*links+1 .. N*links+links, so that every
+    page but the root has exactly one inbound link (a request lost is a page lost)."""
+    return [m for m in range(page * links + 1, page * links + links + 1) if m < pages]
 
-    def __init__(self, pages: int = 200, links: int = 10) -> None:
+
+class Site:
+    """``/page/N`` for N < pages, each with ``links`` links to other pages (chosen by
+    ``linker``: site_links, or tree_links)."""
+
+    def __init__(
+        self,
+        pages: int = 200,
+        links: int = 10,
+        linker: Callable[[int, int, int], list[int]] = site_links,
+    ) -> None:
         self.pages = pages
         self.links = links
+        self.linker = linker
         self.hits = 0
         self.served: set[int] = set()  # the pages served at least once
         site = self
@@ -148,7 +161,7 @@ class Site:
                 site.served.add(n)
                 body = "".join(
                     f'<a href="/page/{m}">page {m}</a>\n'
-                    for m in site_links(n, site.pages, site.links)
+                    for m in site.linker(n, site.pages, site.links)
                 )
                 data = f"<html><body><h1>page {n}</h1>\n{body}</body></html>".encode()
                 self.send_response(200)

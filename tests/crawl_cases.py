@@ -1,0 +1,112 @@
+"""One real Scrapy crawl of a test site for the batch path's safety cases; writes the
+pages it downloaded, its stats and its log as JSON.
+
+    python -m tests.crawl_cases '{"site": ..., "start": [N, ...], "settings": {...},
+                                  "raise_at": [N, ...], "out": "result.json"}'
+
+``raise_at``: pages whose callback raises halfway through its links. The spider
+middlewares below stand for what a project may put after BatchDedupMiddleware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+import redis
+import scrapy
+from scrapy.crawler import CrawlerProcess
+
+from .crawl import BASE_SETTINGS, stats_of
+
+
+class CopyingMiddleware:
+    """Passes every request on as a ``replace()`` copy (as middlewares that add
+    headers or meta often do)."""
+
+    async def process_spider_output(self, response, result, spider=None):
+        async for out in result:
+            yield (
+                out.replace(meta={**out.meta, "copied": True})
+                if isinstance(out, scrapy.Request)
+                else out
+            )
+
+
+class DroppingMiddleware:
+    """Drops the requests for pages whose number ends in 7 (as a middleware that
+    filters links would)."""
+
+    async def process_spider_output(self, response, result, spider=None):
+        async for out in result:
+            if isinstance(out, scrapy.Request) and out.url.endswith("7"):
+                continue
+            yield out
+
+
+class CaseSpider(scrapy.Spider):
+    name = "cases"
+
+    def __init__(
+        self,
+        site: str,
+        start: list[int],
+        raise_at: list[int],
+        stop_redis: str = "",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.site = site
+        self.start_pages = start
+        self.raise_at = set(raise_at)
+        self.stop_redis = stop_redis
+        self.downloaded: list[int] = []
+
+    async def start(self):
+        for n in self.start_pages:
+            yield scrapy.Request(f"{self.site}/page/{n}")
+
+    def parse(self, response):
+        page = int(response.url.rsplit("/", 1)[1])
+        self.downloaded.append(page)
+        if self.stop_redis and page == 0:
+            # Redis goes away for good before the first page's links are checked.
+            with contextlib.suppress(redis.ConnectionError):
+                redis.Redis.from_url(self.stop_redis).shutdown(nosave=True)
+        hrefs = response.css("a::attr(href)").getall()
+        for i, href in enumerate(hrefs):
+            if page in self.raise_at and i == len(hrefs) // 2:
+                raise ValueError(f"callback failed on page {page}")
+            yield response.follow(href, self.parse)
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    settings = {**BASE_SETTINGS, "CONCURRENT_REQUESTS": 8, **args["settings"]}
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(CaseSpider)
+    began = time.monotonic()
+    process.crawl(
+        crawler,
+        site=args["site"],
+        start=args["start"],
+        raise_at=args.get("raise_at", []),
+        stop_redis=args.get("stop_redis", ""),
+    )
+    process.start()
+    with open(args["out"], "w") as f:
+        json.dump(
+            {
+                "stats": stats_of(crawler),
+                "pages": sorted(crawler.spider.downloaded),
+                "seconds": time.monotonic() - began,
+            },
+            f,
+        )
+
+
+if __name__ == "__main__":
+    main()
