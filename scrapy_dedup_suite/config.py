@@ -48,10 +48,19 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, allowed: str
     elif isinstance(value, float) and value.is_integer():
         value, ok = int(value), True
     elif isinstance(value, str):
+        text = value.strip().replace("_", "")
         try:
-            value, ok = int(value.strip().replace("_", "")), True
+            value, ok = int(text), True
         except ValueError:
-            ok = False
+            # From the command line every setting is a string: "1e6" is a whole number.
+            try:
+                number = float(text)
+            except ValueError:
+                ok = False
+            else:
+                ok = number.is_integer()
+                if ok:
+                    value = int(number)
     else:
         ok = False
     if not ok or (minimum is not None and value < minimum):

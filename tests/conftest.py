@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from scrapy_dedup_suite.backends import BACKENDS as BACKEND_REGISTRY
 from scrapy_dedup_suite.backends import (
     BloomBackend,
     DedupBackend,
@@ -174,6 +175,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         if (params and params.params.get("topology") == "cluster") or "redis_cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
+        if "native" in fixtures:  # test_native's client on a server with the module
+            item.add_marker(pytest.mark.native)
         if "site" in fixtures or module in SUBPROCESS_MODULES:
             item.add_marker(pytest.mark.subprocess)
         if item.get_closest_marker("cluster") or item.get_closest_marker("subprocess"):
@@ -277,17 +280,28 @@ ROWS = [
 ]
 
 
+#: The package's DEDUP_BACKEND names, with the same ``native`` mark.
+NAMES = [
+    pytest.param(name, id=name, marks=[pytest.mark.native] if name in NATIVE_ROWS else [])
+    for name in BACKEND_REGISTRY
+]
+
+
 @pytest.fixture(params=ROWS)
 def backend_name(request: pytest.FixtureRequest) -> str:
-    skip_without_module(request.param)
     return request.param
 
 
-def skip_without_module(name: str) -> None:
-    """Skip a native-bloom row, saying why, where the Bloom module cannot be had."""
-    module, why = bloom_module()
-    if name in NATIVE_ROWS and module is None:
-        pytest.skip(f"{name}: no server with Bloom filters (BF.*) here: {why}")
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The one place that decides whether a row of the table can run on the suite's
+    server: a test of a native row (mark ``native``, which every ROWS entry of those
+    rows carries, however the test takes it) skips, saying why, where the suite's
+    server cannot have the Bloom module. Tests marked ``own_servers`` choose their
+    servers and read what each offers themselves."""
+    if item.get_closest_marker("native") and not item.get_closest_marker("own_servers"):
+        module, why = bloom_module()
+        if module is None:
+            pytest.skip(f"no server with Bloom filters (BF.*) for the native rows here: {why}")
 
 
 @pytest.fixture

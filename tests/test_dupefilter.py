@@ -21,7 +21,7 @@ from scrapy_dedup_suite.exceptions import (
 )
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
-from .conftest import skip_without_module
+from .conftest import NAMES
 from .servers import poll_until
 
 
@@ -90,9 +90,8 @@ def test_set_backend_shares_scrapy_redis_data_both_ways(redis_server, server, sp
     assert [theirs.request_seen(r) for r in reqs] == [True] * 20
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", NAMES)
 def test_default_keys_and_scheduler_key_setting(redis_server, server, backend):
-    skip_without_module(backend)
     df = make(redis_server, DEDUP_BACKEND=backend)
     expected = {
         "set": "myspider:dupefilter",
@@ -108,9 +107,8 @@ def test_default_keys_and_scheduler_key_setting(redis_server, server, backend):
 
 
 @pytest.mark.parametrize("spider_from", ["crawler", "spider"])
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", NAMES)
 def test_stats(redis_server, server, backend, spider_from):
-    skip_without_module(backend)
     df = make(redis_server, spider_from, DEDUP_BACKEND=backend, DEDUP_BLOOM_CAPACITY=10_000)
     reqs = requests(5)
     for r in reqs + reqs[:3]:

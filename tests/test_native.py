@@ -33,7 +33,6 @@ from scrapy_dedup_suite.exceptions import (
 )
 from scrapy_dedup_suite.windows import WindowSpec
 
-from .conftest import skip_without_module
 from .helpers import fingerprints
 from .servers import RedisServer, redis_server_binary
 
@@ -42,7 +41,6 @@ ON_CLUSTER = True
 
 @pytest.fixture
 def native(server):
-    skip_without_module("native-bloom")
     return server
 
 

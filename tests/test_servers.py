@@ -88,6 +88,7 @@ def kind(request: pytest.FixtureRequest) -> tuple[Any, Offers]:
     return client, Offers.of(client, topology)
 
 
+@pytest.mark.own_servers
 @pytest.mark.parametrize("row", ROWS)
 def test_every_backend_on_every_server(kind, row):
     client, offers = kind

@@ -147,6 +147,19 @@ def test_window_parameters_are_checked_on_open(server):
         WindowedBloomBackend(server, "t:w", PARAMS, WindowSpec.parse("hour", 7)).open()
 
 
+@pytest.mark.parametrize(("created", "other", "advice"), [(30, 60, "30"), ("day", 60, "'day'")])
+def test_the_advice_on_a_window_mismatch_is_a_value_the_setting_takes(
+    server, created, other, advice
+):
+    WindowedBloomBackend(server, "t:w", PARAMS, WindowSpec.parse(created, 3)).open()
+    with pytest.raises(FilterMismatchError) as caught:
+        WindowedBloomBackend(server, "t:w", PARAMS, WindowSpec.parse(other, 3)).open()
+    assert f"Set DEDUP_WINDOW = {advice} as when it was created" in str(caught.value)
+    # Taken as the advice says, the setting is accepted and opens the filter.
+    value = eval(advice)  # the Python literal a settings.py would hold
+    WindowedBloomBackend(server, "t:w", PARAMS, WindowSpec.parse(value, 3)).open()
+
+
 def test_clock_follows_the_server(server):
     backend = WindowedBloomBackend(server, "t:w", PARAMS, WindowSpec.parse("day", 2))
     seconds, micros = server.time()

@@ -149,6 +149,22 @@ def shown(value: str | None) -> str | None:
     return value
 
 
+def as_setting(field: str, value: str) -> str:
+    """A record's value written as the setting takes it, so that the advice "Set
+    NAME = VALUE" is itself accepted: DEDUP_WINDOW = 30 (stored "30s"), 'day'."""
+    if field == "window" and value.endswith("s") and value[:-1].isdigit():
+        return value[:-1]
+    if field == "expiry" and value in ("server", "janitor"):
+        return str(value == "server")
+    if field == "scaling" and value in ("0", "1"):
+        return str(value == "1")
+    try:
+        float(value)
+    except ValueError:
+        return repr(value)
+    return value
+
+
 def in_user_terms(
     different: Sequence[str], stored: Mapping[str, str], wanted: Mapping[str, str]
 ) -> list[str]:
@@ -982,7 +998,7 @@ class DedupBackend(ABC):
             for f in different
         )
         fix = [
-            f"{FIELD_SETTINGS[f]} = {stored[f]}"
+            f"{FIELD_SETTINGS[f]} = {as_setting(f, stored[f])}"
             for f in different
             if f in FIELD_SETTINGS and stored.get(f) is not None
         ]

@@ -55,7 +55,7 @@ class Command(ScrapyCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         if not opts.spider:
             raise UsageError("Say which spider: --spider NAME")
-        settings = spider_settings(self.settings, opts.spider, "as the crawl uses it")
+        settings = spider_settings(self.settings, opts.spider, "or name the key with --key KEY")
         server = get_redis(settings)
         try:
             found = inspect(settings, opts.spider, server)
