@@ -156,6 +156,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 #: Modules whose every test starts subprocesses (crawls, commands, crawler processes).
 SUBPROCESS_MODULES = {
     "test_crawl",
+    "test_batch_safety",
     "test_concurrency",
     "test_example",
     "test_bench",
