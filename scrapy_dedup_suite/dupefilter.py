@@ -653,8 +653,10 @@ class RFPDupeFilter(BaseDupeFilter):
         retries = 0
         while True:
             if retries >= at_once:
-                if not self._pause(min(pause, deadline - time.monotonic())):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closing():  # closing: a pause (1 s at most) ends it
                     return None, retries, error
+                time.sleep(min(pause, left))
                 pause = min(2 * pause, 1.0)
             retries += 1
             try:
@@ -663,18 +665,6 @@ class RFPDupeFilter(BaseDupeFilter):
                 if not self._transient(exc):
                     raise self._translate(exc, fp) from exc
                 error = exc
-
-    def _pause(self, seconds: float) -> bool:
-        """Sleep ``seconds`` (in a batch's thread), in steps short enough to stop as soon
-        as the crawl begins closing. False: no pause left, or closing."""
-        end = time.monotonic() + seconds
-        while True:
-            if self.closing():
-                return False
-            left = end - time.monotonic()
-            if left <= 0:
-                return seconds > 0
-            time.sleep(min(left, 0.05))
 
     def _translate(self, exc: Exception, fp: str) -> Exception:
         if isinstance(exc, DedupError):

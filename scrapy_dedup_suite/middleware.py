@@ -31,7 +31,8 @@ without having been queued. So, by construction:
 - what a callback yielded before raising is checked and passed on before the
   exception, as Scrapy schedules it without this middleware;
 - once the crawl begins closing, a batch stops waiting out an outage
-  (DEDUP_BATCH_OUTAGE_WAIT), so a close ends within one socket timeout.
+  (DEDUP_BATCH_OUTAGE_WAIT) after its current pause (1 s at most), so a close ends
+  within that pause and one socket timeout.
 """
 
 from __future__ import annotations
