@@ -21,14 +21,12 @@ for i = 6, #ARGV, 2 do
 end
 dedup_check_stamps(size, ARGV[1])
 -- Every bitmap this call may write is checked before the first write, so a
--- damaged one refuses the whole call instead of keeping what came before it.
-local checked = {}
+-- damaged one refuses the whole call instead of keeping what came before it; one
+-- that is missing is created at its first write.
+local missing = {}
 for i = 1, #groups do
   local key = KEYS[groups[i] + 1]
-  if not checked[key] then
-    checked[key] = true
-    dedup_check_bitmap(key, m)
-  end
+  if missing[key] == nil then missing[key] = dedup_check_bitmap(key, m) == 0 end
 end
 local out = {}
 for i = 1, #groups do
@@ -48,7 +46,10 @@ for i = 1, #groups do
   end
   if answer == 0 then
     dedup_stamp(KEYS[g], ARGV[1])
-    dedup_ensure_bitmap(key, m)
+    if missing[key] then
+      rcall('SETBIT', key, m - 1, 0) -- created at its full size (see dedup_ensure_bitmap)
+      missing[key] = false
+    end
     dedup_set_from(key, positions, first)
     -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
     if ttl > 0 and rcall('PTTL', key) == -1 then

@@ -11,7 +11,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 dedup_check_stamps(2, ARGV[1])
 -- First every answer, then the writes: a damaged field refuses the whole call
 -- before anything is written.
-local out = {}
+local out, writes, written = {}, {}, {}
 for i = 2, #ARGV, 3 do
   local g = tonumber(ARGV[i]) * 2 - 1
   local shard, fp = KEYS[g + 1], ARGV[i + 1]
@@ -24,22 +24,20 @@ for i = 2, #ARGV, 3 do
     end
     if expiry > now then answer = 1 end
   end
-  out[#out + 1] = answer
-end
-local written = {}
-for i = 2, #ARGV, 3 do
-  local j = (i + 1) / 3
-  if out[j] == 0 then
-    local g = tonumber(ARGV[i]) * 2 - 1
-    local shard, fp = KEYS[g + 1], ARGV[i + 1]
+  if answer == 0 then
     local field = shard .. '\0' .. fp
     if written[field] then
-      out[j] = 1 -- repeated in this call: new once, then seen
+      answer = 1 -- repeated in this call: new once, then seen
     else
       written[field] = true
-      dedup_stamp(KEYS[g], ARGV[1])
-      rcall('HSET', shard, fp, string.format('%.0f', now + tonumber(ARGV[i + 2])))
+      writes[#writes + 1] = i
     end
   end
+  out[#out + 1] = answer
+end
+for _, i in ipairs(writes) do
+  local g = tonumber(ARGV[i]) * 2 - 1
+  dedup_stamp(KEYS[g], ARGV[1])
+  rcall('HSET', KEYS[g + 1], ARGV[i + 1], string.format('%.0f', now + tonumber(ARGV[i + 2])))
 end
 return out

@@ -27,7 +27,7 @@ dedup_check_stamps(size, ARGV[1])
 -- First every answer (BF.EXISTS), then the writes. A NONSCALING filter that could
 -- not take every fingerprint this call adds to it refuses the whole call before
 -- anything is written: never a part of a batch recorded and the rest refused.
-local out, adds = {}, {}
+local out, pending, adds = {}, {}, {}
 for i = 7, #ARGV, 2 do
   local g = (tonumber(ARGV[i]) - 1) * size + 1
   local fp = ARGV[i + 1]
@@ -40,24 +40,22 @@ for i = 7, #ARGV, 2 do
   end
   if answer == 0 and rcall('BF.EXISTS', KEYS[g + 1], fp) == 1 then answer = 1 end
   if answer == 0 then
+    -- How many distinct fingerprints this call may add to each first filter.
     local key = KEYS[g + 1]
-    local pending = adds[key]
-    if not pending then
-      pending = {}
-      adds[key] = pending
+    local field = key .. '\0' .. fp
+    if not pending[field] then
+      pending[field] = true
+      adds[key] = (adds[key] or 0) + 1
     end
-    pending[fp] = true
   end
   out[#out + 1] = answer
 end
 if ARGV[4] == '0' then
   local capacity = tonumber(ARGV[2])
-  for key, pending in pairs(adds) do
-    local count = 0
-    for _ in pairs(pending) do count = count + 1 end
-    local items = rcall('BF.CARD', key)
-    if items + count > capacity then
-      dedup_fail('Bloom filter ' .. key .. ': non scaling filter is full (it holds ' .. items
+  for key, count in pairs(adds) do
+    local held = rcall('BF.CARD', key)
+    if held + count > capacity then
+      dedup_fail('Bloom filter ' .. key .. ': non scaling filter is full (it holds ' .. held
         .. ' of its capacity ' .. capacity .. ' and this call would add ' .. count .. ')')
     end
   end
