@@ -514,32 +514,38 @@ class RFPDupeFilter(BaseDupeFilter):
         Blocking and touching no stats: safe to run in a thread; then :meth:`account`
         on the reactor thread."""
         backend = self.backend
-        error: Exception | None = self._failed_while_closing if self.closing() else None
-        retries = 0
-        if error is None:  # else Redis failed once the crawl began closing: do not wait again
-            try:
-                if not backend.opened:  # after clear(), say: opened again under the policy
-                    backend.open()
-                return BatchResult(backend.check_and_add_many(fingerprints, expires))
-            except FAILURES as exc:
-                if not self._transient(exc):
-                    raise self._translate(exc, fingerprints[0]) from exc
-                error = exc
-            again, retries, error = self._retry(
-                lambda: backend.check_and_add_many(fingerprints, expires),
-                fingerprints[0],
-                error,
-                patience,
-            )
-            if again is not None:
-                return BatchResult([False] * len(again), again, retries)
-            if self.closing():
-                self._failed_while_closing = error
+        failed = self._failed_while_closing
+        if failed is not None and self.closing():
+            return self._unchecked(fingerprints, failed, 0)  # closing: no call, no wait
+        try:
+            if not backend.opened:  # after clear(), say: opened again under the policy
+                backend.open()
+            return BatchResult(backend.check_and_add_many(fingerprints, expires))
+        except FAILURES as exc:
+            if not self._transient(exc):
+                raise self._translate(exc, fingerprints[0]) from exc
+            error: Exception = exc
+        again, retries, error = self._retry(
+            lambda: backend.check_and_add_many(fingerprints, expires),
+            fingerprints[0],
+            error,
+            patience,
+        )
+        if again is not None:
+            return BatchResult([False] * len(again), again, retries)
+        if self.closing():
+            self._failed_while_closing = error
+        return self._unchecked(fingerprints, error, retries)
+
+    def _unchecked(
+        self, fingerprints: Sequence[str], error: Exception, retries: int
+    ) -> BatchResult:
+        """A batch Redis could not check: raised, or let through (DEDUP_ON_ERROR)."""
         if self.on_error == "raise":
             raise DedupBackendError(
                 f"Redis failed while checking a batch of {len(fingerprints)} request(s) against "
-                f"the {backend.name} dupefilter at {backend.key!r}, also after {self.retries} "
-                f"retries: {error}"
+                f"the {self.backend.name} dupefilter at {self.backend.key!r}, also after "
+                f"{self.retries} retries: {error}"
             ) from error
         return BatchResult([False] * len(fingerprints), [], retries, error)
 

@@ -96,7 +96,7 @@ class BatchDedupMiddleware:
         self._pool: ThreadPool | None = None
         self._dupefilter: RFPDupeFilter | None = None
         self._looked_up = False
-        crawler.signals.connect(self._stop_pool, signal=signals.spider_closed)
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BatchDedupMiddleware:
@@ -109,9 +109,7 @@ class BatchDedupMiddleware:
         middleware can drop or replace requests (else None: the middleware passes
         everything on and the scheduler filters as before)."""
         if not self._looked_up:
-            engine = self.crawler.engine
-            slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-            scheduler = getattr(slot, "scheduler", None)
+            scheduler = getattr(self._slot(), "scheduler", None)
             if scheduler is None:
                 return None  # the engine has not opened the spider yet: look again later
             self._looked_up = True
@@ -170,12 +168,17 @@ class BatchDedupMiddleware:
             orders[cls] = order
         return orders
 
+    def _slot(self) -> Any:
+        """The engine's slot (its scheduler, and whether it is closing), or None."""
+        engine = self.crawler.engine
+        return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
     def closing(self) -> bool:
         """Whether the crawl is closing or stopping (read from batch threads too)."""
         engine = self.crawler.engine
         if engine is None or not engine.running:
             return True
-        slot = getattr(engine, "_slot", None)
+        slot = self._slot()
         return slot is None or getattr(slot, "closing", None) is not None
 
     # -- spider output -------------------------------------------------------------------
@@ -225,7 +228,7 @@ class BatchDedupMiddleware:
             self._pool.start()
         return self._pool
 
-    def _stop_pool(self) -> None:
+    def _spider_closed(self) -> None:
         if self._dupefilter is not None:
             self._dupefilter.report_unclaimed()  # scrapy-redis's scheduler never closes it
         if self._pool is not None:
