@@ -257,6 +257,17 @@ def address(client: Any) -> str:
 
 def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> RedisUnreachableError:
     """The one-line error for a server that could not be reached."""
+    from redis.sentinel import MasterNotFoundError
+
+    if isinstance(exc, MasterNotFoundError):
+        # redis-py's text holds each sentinel client's repr (~1,500 characters).
+        service = getattr(client.connection_pool, "service_name", "?")
+        return RedisUnreachableError(
+            f"Cannot reach Redis at {address(client)} (from {source}) {doing}: no sentinel "
+            f"named a primary for {service!r}. Check that the sentinels run there and "
+            f"monitor {service!r} (redis-cli -p PORT SENTINEL MASTERS), and their password "
+            "in DEDUP_REDIS_SENTINEL_PARAMS."
+        )
     text = str(exc).strip()
     reason = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
     return RedisUnreachableError(

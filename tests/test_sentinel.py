@@ -18,7 +18,7 @@ from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupConfigError, RedisUnreachableError
 
 from .helpers import crawl, fingerprints
-from .servers import SentinelGroup, Site, redis_server_binary
+from .servers import SentinelGroup, Site, free_port, redis_server_binary
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +108,24 @@ def test_no_sentinel_answering_is_said_in_one_line(sentinels):
     with pytest.raises(RedisUnreachableError, match="the primary 'nope' of the sentinels") as info:
         df.open()
     assert "\n" not in str(info.value)
+
+
+def test_sentinels_down_are_said_in_one_short_line():
+    """redis-py's own text embeds every sentinel client's repr (about 1,500
+    characters): the message names the sentinels and what to check instead."""
+    settings = Settings(
+        {
+            "DEDUP_REDIS_SENTINELS": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"],
+            "REDIS_PARAMS": {"socket_timeout": 2, "socket_connect_timeout": 1},
+        }
+    )
+    df = RFPDupeFilter.from_settings(settings)
+    with pytest.raises(RedisUnreachableError, match="no sentinel named a primary") as info:
+        df.open()
+    message = str(info.value)
+    assert "\n" not in message and "<redis." not in message
+    assert len(message) < 500
+    assert "the primary 'mymaster' of the sentinels at 127.0.0.1:" in message
 
 
 class Stream:
