@@ -11,10 +11,11 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_dedup_suite.backends import build_backend, dupefilter_key
+from scrapy_dedup_suite.backends import build_backend, dupefilter_key, get_backend_class
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
 from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
+from scrapy_dedup_suite.options import value
 
 from .set_to_bloom import MigrationError, Progress, SetToBloom
 
@@ -118,9 +119,9 @@ class Command(ScrapyCommand):
             "DEDUP_BLOOM_CAPACITY": opts.capacity,
             "DEDUP_BLOOM_ERROR_RATE": opts.error_rate,
         }
-        for name, value in overrides.items():
-            if value is not None:
-                self.settings.set(name, value, priority="cmdline")
+        for name, given in overrides.items():
+            if given is not None:
+                self.settings.set(name, given, priority="cmdline")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -166,9 +167,9 @@ class Command(ScrapyCommand):
         settings = spider_settings(
             self.settings, opts.spider, "or name the set and the filter with --source and --target"
         ).copy()
-        to = opts.to or (
-            settings.get("DEDUP_BACKEND") if settings.get("DEDUP_BACKEND") in TARGETS else "bloom"
-        )
+        configured = value(settings, "DEDUP_BACKEND")
+        get_backend_class(configured)  # a misspelt DEDUP_BACKEND is refused, as by the crawl
+        to = opts.to or (configured if configured in TARGETS else "bloom")
         settings.set("DEDUP_BACKEND", to, priority="cmdline")
         spider = opts.spider or ""
         source = opts.source or dupefilter_key(settings, "set", spider)

@@ -45,11 +45,16 @@ def summarize(info: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    """Summaries as a text table; rows with a ``run`` label get it in a first column."""
     head = ["backend", "checked", "new", "filtered", "Redis memory", "fill", "est. FP rate"]
+    labelled = any("run" in r for r in rows)
+    if labelled:
+        head.insert(0, "run")
     lines = []
     for r in rows:
         lines.append(
             [
+                *([r.get("run", "")] if labelled else []),
                 r["backend"],
                 f"{r['requests_checked']:,}",
                 f"{r['new']:,}",

@@ -56,6 +56,10 @@ def test_windowed_demo_forgets_after_the_window(redis_server, server, tmp_path):
     result = run_example(redis_server, tmp_path, "--windowed", "--window", "8", pages=50)
     assert [r["new"] for r in result["windowed"]] == [50, 0, 50]
     assert result["windowed"][1]["filtered"] == 1  # only its start page, seen a moment ago
+    # The table labels each run (its rows were three identical "windowed-bloom").
+    rows = [x for x in result["stdout"].splitlines() if "windowed-bloom  " in x]
+    labels = ("first run", "again, within the window", "after the window")
+    assert [x.split("  ")[0].strip() for x in rows] == list(labels)
 
 
 def test_migration_demo_filters_everything_after_migrating(redis_server, server, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -83,6 +84,31 @@ def test_a_command_whose_redis_is_unreachable_exits_6_with_one_line(dead_url, co
     assert lines[0].startswith(f"{command}: Cannot reach Redis at 127.0.0.1:")
     assert "REDIS_URL" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("migrate-set-to-bloom", ["--spider", "s", "--dry-run"]),
+        ("dedup-janitor", ["--spider", "s", "--once"]),
+        ("dedup-info", ["--spider", "s"]),
+    ],
+)
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("DEDUP_BACKEND=blom", "Unknown DEDUP_BACKEND 'blom': use one of 'set'"),
+        ("DEDUP_REDIS_SENTINELS=127.0.0.1", "'127.0.0.1' is not a host:port address"),
+    ],
+)
+def test_a_command_refuses_what_the_crawl_refuses_in_one_line(
+    dead_url, command, args, setting, message
+):
+    proc = scrapy_cmd(command, *args, "-s", f"REDIS_URL={dead_url}", "-s", setting)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{command}: ") and message in lines[0]
 
 
 def test_a_filter_opened_with_another_capacity_says_so_in_the_users_terms(redis_server):
@@ -172,7 +198,11 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     out = text.stdout
     assert "set (DEDUP_BACKEND) at 'site:dupefilter': 1 key(s)" in out
     assert "300 fingerprints (exact)" in out
-    assert "300 fields in 4 shard(s)" in out and "100 of 300 sampled expired" in out
+    assert "300 fields in 4 shard(s)" in out and "of 300 sampled, 100 expired" in out
+    # What the fields hold (3,600 s), not only the configured DEDUP_EXPIRE (7 days).
+    last = re.search(r"the last expires in ([\d,]+) s", out)
+    assert last and 3000 < int(last.group(1).replace(",", "")) <= 3600
+    assert "new ones get 604800 s (DEDUP_EXPIRE as configured now" in out
     # The bloom filter was made for another capacity than the settings': shown as stored.
     assert "bloom at 'site:bloomfilter': stored with other parameters" in out
     assert "capacity: stored '50,000', configured '10,000,000'" in out

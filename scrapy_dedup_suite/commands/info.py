@@ -11,11 +11,12 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
-from ..backends import BACKENDS, build_backend, dupefilter_key
+from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
 from ..backends.base import PURGE_EXPIRED, as_str
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
+from ..options import value
 from . import say_unreachable, spider_settings
 
 #: Fields of a hash shard read per shard to estimate how many have expired.
@@ -56,7 +57,14 @@ class Command(ScrapyCommand):
         if not opts.spider:
             raise UsageError("Say which spider: --spider NAME")
         settings = spider_settings(self.settings, opts.spider, "or name the key with --key KEY")
-        server = get_redis(settings)
+        try:
+            # What a crawl refuses, dedup-info refuses: a misspelt DEDUP_BACKEND too.
+            get_backend_class(value(settings, "DEDUP_BACKEND"))
+            server = get_redis(settings)
+        except DedupError as exc:
+            print(f"dedup-info: {exc}", file=sys.stderr)
+            self.exitcode = 1
+            return
         try:
             found = inspect(settings, opts.spider, server)
         except UNREACHABLE as exc:
@@ -106,16 +114,21 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
 
 
 def expired_share(server: Any, shards: list[str]) -> dict[str, Any]:
-    """Of up to SAMPLE random fields per shard, how many have expired (server time)."""
+    """Of up to SAMPLE random fields per shard (each holds its own expiry), how many
+    have expired and when the last of them expires (server time)."""
     seconds, micros = server.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    sampled = expired = 0
+    expiries = []
     for shard in shards:
         flat = server.hrandfield(shard, SAMPLE, withvalues=True) or []
-        values = flat[1::2]
-        sampled += len(values)
-        expired += sum(1 for v in values if as_str(v).isdigit() and int(as_str(v)) <= now_ms)
-    return {"fields_sampled": sampled, "expired_in_sample": expired}
+        expiries += [int(as_str(v)) for v in flat[1::2] if as_str(v).isdigit()]
+    found: dict[str, Any] = {
+        "fields_sampled": len(expiries),
+        "expired_in_sample": sum(1 for ms in expiries if ms <= now_ms),
+    }
+    if expiries:
+        found["last_expiry_in_sample_s"] = max(0.0, (max(expiries) - now_ms) / 1000)
+    return found
 
 
 def render(spider: str, found: dict[str, Any]) -> str:
@@ -135,19 +148,20 @@ def render(spider: str, found: dict[str, Any]) -> str:
         if "fingerprints" in e:
             lines.append(f"    {e['fingerprints']:,} fingerprints (exact)")
         if "fields" in e:
-            share = (
-                f", {e['expired_in_sample']:,} of {e['fields_sampled']:,} sampled expired"
-                if e.get("fields_sampled")
-                else ""
-            )
             freed = (
                 "the server frees expired ones itself (hash-field expiry)"
                 if e.get("expired_by") == "server"
                 else "the janitor purges expired ones"
             )
+            lines.append(f"    {e['fields']:,} fields in {e['shards']} shard(s) ({freed})")
+            if e.get("fields_sampled"):
+                lines.append(
+                    f"    of {e['fields_sampled']:,} sampled, {e['expired_in_sample']:,} "
+                    f"expired; the last expires in {e['last_expiry_in_sample_s']:,.0f} s"
+                )
             lines.append(
-                f"    {e['fields']:,} fields in {e['shards']} shard(s), expiry "
-                f"{e['expire']:g} s{share} ({freed})"
+                f"    each field keeps the expiry it was written with; new ones get "
+                f"{e['expire']:g} s (DEDUP_EXPIRE as configured now, or meta['dedup_expire'])"
             )
         if "capacity" in e:
             lines.append(
