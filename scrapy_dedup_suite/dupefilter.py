@@ -11,8 +11,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import (
@@ -40,7 +40,7 @@ from .backends import (  # noqa: F401 - dupefilter_key re-exported
     find_other_filters,
     other_filters,
 )
-from .backends.base import STABLE_ANSWERS, cluster_node_error
+from .backends.base import STABLE_ANSWERS, FailedCall, cluster_node_error
 from .connection import UNREACHABLE, get_redis, redis_source, unreachable, without_retries
 from .exceptions import (
     DedupBackendError,
@@ -134,19 +134,34 @@ class KnownFingerprints:
         self._fps.clear()
 
 
+#: What a batch found for each fingerprint (:attr:`BatchResult.outcomes`).
+SEEN = "seen"  # a duplicate: dropped
+NEW = "new"  # recorded by the batch: admitted
+AMBIGUOUS = "ambiguous"  # a retry after a failed call said "seen", maybe the failed
+#                          call's own write: counts as new, admitted
+UNCHECKED = "unchecked"  # Redis failed: let through unrecorded (DEDUP_ON_ERROR='allow')
+DEFERRED = "deferred"  # the server refused its call, which wrote nothing: passed on
+#                        unadmitted, so the scheduler checks it as without the batch
+FAILED = "failed"  # Redis failed (DEDUP_ON_ERROR='raise'): dropped, and ``failure``
+#                    raised once the others are passed on
+
+
 @dataclass
 class BatchResult:
-    """What one batch check-and-add found (:meth:`RFPDupeFilter.check_fingerprints`).
+    """What one batch check-and-add found (:meth:`RFPDupeFilter.check_fingerprints`):
+    an outcome per fingerprint; ``error``, the failure behind UNCHECKED ones;
+    ``refused``, the refusal behind DEFERRED ones; ``failure``, what to raise for
+    FAILED ones."""
 
-    ``seen[i]``: a duplicate. ``ambiguous[i]``: a retry after a failed call said
-    "seen", which may be the failed call's own write, so it counts as new.
-    ``error``: Redis failed and the batch was let through unchecked
-    (DEDUP_ON_ERROR='allow')."""
-
-    seen: list[bool]
-    ambiguous: list[bool] = field(default_factory=list)
+    outcomes: list[str]
     retries: int = 0
     error: Exception | None = None
+    refused: Exception | None = None
+    failure: Exception | None = None
+
+    @property
+    def seen(self) -> list[bool]:
+        return [outcome == SEEN for outcome in self.outcomes]
 
 
 class RFPDupeFilter(BaseDupeFilter):
@@ -491,16 +506,15 @@ class RFPDupeFilter(BaseDupeFilter):
             return self.check_fingerprints(batch.fingerprints, batch.expires, patience)
         todo = [i for i, known in enumerate(batch.known) if not known]
         if not todo:
-            return BatchResult([True] * len(batch.known))
+            return BatchResult([SEEN] * len(batch.known))
         sent = self.check_fingerprints(
             [batch.fingerprints[i] for i in todo], [batch.expires[i] for i in todo], patience
         )
-        seen = [True] * len(batch.known)
-        ambiguous = [False] * len(batch.known)
+        outcomes = [SEEN] * len(batch.known)
         for j, i in enumerate(todo):
-            seen[i] = sent.seen[j]
-            ambiguous[i] = bool(sent.ambiguous) and sent.ambiguous[j]
-        return BatchResult(seen, ambiguous, sent.retries, sent.error)
+            outcomes[i] = sent.outcomes[j]
+        sent.outcomes = outcomes
+        return sent
 
     def check_fingerprints(
         self,
@@ -508,95 +522,147 @@ class RFPDupeFilter(BaseDupeFilter):
         expires: Sequence[float | None] | None = None,
         patience: float = 0.0,
     ) -> BatchResult:
-        """Check and record many fingerprints in one round trip per master, with
-        DEDUP_ON_ERROR applied to the batch as :meth:`request_seen` applies it to one
-        request, after ``patience`` seconds of trying again (DEDUP_BATCH_OUTAGE_WAIT).
-        Blocking and touching no stats: safe to run in a thread; then :meth:`account`
-        on the reactor thread."""
+        """Check and record many fingerprints in one round trip per master.
+
+        What a call could not answer: if the server refused the call, it wrote
+        nothing, and its fingerprints are DEFERRED to the scheduler's per-request
+        check; if the call failed on the way (it may have run), they are tried again
+        for ``patience`` seconds (DEDUP_BATCH_OUTAGE_WAIT), and a "seen" then is not
+        trusted (AMBIGUOUS); past that, DEDUP_ON_ERROR applies to them as
+        :meth:`request_seen` applies it to one request. Blocking and touching no
+        stats: safe to run in a thread; then :meth:`account` on the reactor thread."""
+        count = len(fingerprints)
+        each = list(expires) if expires is not None else [None] * count
+        result = BatchResult([NEW] * count)
         backend = self.backend
         failed = self._failed_while_closing
         if failed is not None and self.closing():
-            return self._unchecked(fingerprints, failed, 0)  # closing: no call, no wait
+            return self._give_up(result, range(count), failed)  # closing: no call, no wait
         try:
             if not backend.opened:  # after clear(), say: opened again under the policy
                 backend.open()
-            return BatchResult(backend.check_and_add_many(fingerprints, expires))
+            answers, failures = backend.try_check_and_add_many(fingerprints, each)
         except FAILURES as exc:
-            if not self._transient(exc):
-                raise self._translate(exc, fingerprints[0]) from exc
-            error: Exception = exc
-        again, retries, error = self._retry(
-            lambda: backend.check_and_add_many(fingerprints, expires),
-            fingerprints[0],
-            error,
-            patience,
-        )
+            answers, failures = [None] * count, [FailedCall(list(range(count)), exc)]
+        for i, seen in enumerate(answers):
+            if seen:
+                result.outcomes[i] = SEEN
+        retry: list[int] = []
+        error: Exception | None = None
+        for call in failures:
+            if not isinstance(call.error, FAILURES):
+                raise call.error
+            if self._transient(call.error):
+                retry += call.indices
+                error = error or call.error
+                continue
+            result.refused = self._translate(call.error, fingerprints[call.indices[0]])
+            for i in call.indices:
+                result.outcomes[i] = DEFERRED
+        if error is None:
+            return result
+        retry.sort()
+        again_fps = [fingerprints[i] for i in retry]
+        again_expires = [each[i] for i in retry]
+        try:
+            again, result.retries, error = self._retry(
+                lambda: backend.check_and_add_many(again_fps, again_expires),
+                again_fps[0],
+                error,
+                patience,
+            )
+        except DedupError as exc:  # refused on a retry, after a call that may have run
+            result.failure = exc
+            for i in retry:
+                result.outcomes[i] = FAILED
+            return result
         if again is not None:
-            return BatchResult([False] * len(again), again, retries)
+            for i, seen in zip(retry, again):
+                result.outcomes[i] = AMBIGUOUS if seen else NEW
+            return result
         if self.closing():
             self._failed_while_closing = error
-        return self._unchecked(fingerprints, error, retries)
+        return self._give_up(result, retry, error)
 
-    def _unchecked(
-        self, fingerprints: Sequence[str], error: Exception, retries: int
+    def _give_up(
+        self, result: BatchResult, indices: Iterable[int], error: Exception
     ) -> BatchResult:
-        """A batch Redis could not check: raised, or let through (DEDUP_ON_ERROR)."""
+        """Fingerprints Redis could not check: let through or failed (DEDUP_ON_ERROR)."""
+        indices = list(indices)
         if self.on_error == "raise":
-            raise DedupBackendError(
-                f"Redis failed while checking a batch of {len(fingerprints)} request(s) against "
+            result.failure = DedupBackendError(
+                f"Redis failed while checking a batch of {len(indices)} request(s) against "
                 f"the {self.backend.name} dupefilter at {self.backend.key!r}, also after "
                 f"{self.retries} retries: {error}"
-            ) from error
-        return BatchResult([False] * len(fingerprints), [], retries, error)
+            )
+            result.failure.__cause__ = error
+            outcome = FAILED
+        else:
+            result.error = error
+            outcome = UNCHECKED
+        for i in indices:
+            result.outcomes[i] = outcome
+        return result
 
     def account(
         self, batch: Batch, result: BatchResult, spider: Spider | None = None
     ) -> list[Request]:
         """Count and log a batch's answers as :meth:`request_seen` would, admit its new
-        requests (their request_seen answers False with no round trip), and return them."""
+        requests (their request_seen answers False with no round trip), and return the
+        requests to pass on: the new ones and the DEFERRED ones, which the scheduler
+        checks one by one. Then raise ``result.failure``, if any, yourself."""
         stats = self.stats
         requests = batch.requests
-        unchecked = result.error is not None
+        outcomes = result.outcomes
+        tally = {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
         if stats is not None:
             stats.inc_value("dedup/batches")
             stats.inc_value("dedup/batched", len(requests))
             if result.retries:
                 stats.inc_value("dedup/retries", result.retries)
-            if unchecked:
-                stats.inc_value("dedup/errors", len(requests) - sum(batch.known))
-        if unchecked:
+            failed = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
+            if failed:
+                stats.inc_value("dedup/errors", failed)
+            for outcome, name in ((NEW, "dedup/added"), (AMBIGUOUS, "dedup/ambiguous")):
+                if tally.get(outcome):
+                    stats.inc_value(name, tally[outcome])
+            if tally.get(DEFERRED):
+                stats.inc_value("dedup/batch_deferred", tally[DEFERRED])
+        if tally.get(UNCHECKED):
             self.logger.warning(
                 "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
                 "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
-                {"count": len(requests), "error": result.error},
+                {"count": tally[UNCHECKED], "error": result.error},
+            )
+        if tally.get(DEFERRED):
+            self.logger.warning(
+                "Redis refused a batch call for %(count)d request(s) (%(error)s); it wrote "
+                "nothing, and the scheduler checks each of them as without the batch",
+                {"count": tally[DEFERRED], "error": result.refused},
             )
         known = self._known
         admitted = self._admitted
-        ambiguous = result.ambiguous or [False] * len(requests)
-        new = []
-        added = unsure = cached = 0
-        for request, fp, seen, was_known, maybe in zip(
-            requests, batch.fingerprints, result.seen, batch.known, ambiguous
+        passed = []
+        cached = 0
+        for request, fp, outcome, was_known in zip(
+            requests, batch.fingerprints, outcomes, batch.known
         ):
-            if known is not None and not unchecked:
-                known.add(fp)
-            if seen:
+            if outcome == SEEN:
                 cached += was_known
+                if known is not None:
+                    known.add(fp)
                 if spider is not None:
                     self.log(request, spider)
                 continue
-            unsure += maybe
-            added += not maybe
-            admitted[fp] = admitted.get(fp, 0) + 1
-            new.append(request)
-        filtered = len(requests) - len(new)
-        self._count_filtered(filtered - cached, cached)
-        if stats is not None and not unchecked:
-            if added:
-                stats.inc_value("dedup/added", added)
-            if unsure:
-                stats.inc_value("dedup/ambiguous", unsure)
-        return new
+            if outcome == FAILED:
+                continue
+            if outcome != DEFERRED:
+                if known is not None and outcome != UNCHECKED:
+                    known.add(fp)
+                admitted[fp] = admitted.get(fp, 0) + 1
+            passed.append(request)
+        self._count_filtered(tally.get(SEEN, 0) - cached, cached)
+        return passed
 
     @staticmethod
     def _transient(exc: Exception) -> bool:

@@ -38,7 +38,7 @@ without having been queued. So, by construction:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -57,6 +57,20 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
+
+
+class Checked:
+    """A batch's requests to pass on, and what to raise once they are passed on
+    (DEDUP_ON_ERROR='raise': the requests Redis could not check)."""
+
+    def __init__(self, requests: Sequence[Request], failure: Exception | None = None) -> None:
+        self.requests = requests
+        self.failure = failure
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
 
 #: Spider middlewares known to pass every request of a callback's output on as it
 #: is (Scrapy's own), wherever they stand.
@@ -195,32 +209,38 @@ class BatchDedupMiddleware:
                 pending.append(out)
                 if len(pending) >= self.size:
                     batch, pending = pending, []
-                    for request in await self._check(batch, spider):
+                    checked = await self._check(batch, spider)
+                    for request in checked.requests:
                         yield request
+                    checked.raise_failure()
         except Exception:
             # Scrapy schedules what a callback yielded before it raised: so do we.
             if pending:
-                for request in await self._check(pending, spider):
+                checked = await self._check(pending, spider)
+                for request in checked.requests:
                     yield request
             raise
         if pending:
-            for request in await self._check(pending, spider):
+            checked = await self._check(pending, spider)
+            for request in checked.requests:
                 yield request
+            checked.raise_failure()
 
-    async def _check(self, requests: Sequence[Request], spider: Spider | None) -> Iterable[Request]:
+    async def _check(self, requests: Sequence[Request], spider: Spider | None) -> Checked:
         df = self.dupefilter()
         if df is None:
-            return requests
+            return Checked(requests)
         from twisted.internet import reactor  # the one Scrapy installed
 
         batch = df.prepare_batch(requests)
         if all(batch.known):  # every one known recorded by the local cache: no round trip
-            return df.account(batch, df.check_batch(batch), spider)
-        deferred = deferToThreadPool(
-            reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
-        )
-        result = await maybe_deferred_to_future(deferred)
-        return df.account(batch, result, spider)
+            result = df.check_batch(batch)
+        else:
+            deferred = deferToThreadPool(
+                reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
+            )
+            result = await maybe_deferred_to_future(deferred)
+        return Checked(df.account(batch, result, spider), result.failure)
 
     def _threads(self) -> ThreadPool:
         if self._pool is None:

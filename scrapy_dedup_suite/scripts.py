@@ -115,9 +115,12 @@ def run_many(
     script: LuaScript,
     calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
     on_noscript: Callable[[], None] | None = None,
+    keep_errors: bool = False,
 ) -> list[Any]:
     """Run ``script`` once per ``(keys, args)`` in one non-transactional pipeline (on
     a cluster: sent to every master at once, then read).
+    ``keep_errors``: a call that failed answers its exception instead of raising it,
+    so the caller keeps the answers of the calls that ran.
 
     No call is ever sent twice if it may have run: a call refused with NOSCRIPT is
     run again after ``on_noscript`` (default: load the script), one redirected
@@ -144,9 +147,18 @@ def run_many(
                 refused.append(i)
             elif isinstance(answer, (AskError, TryAgainError)):  # not run: MOVED, ASK, TRYAGAIN
                 keys, args = calls[i]
-                results[i] = client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                try:
+                    results[i] = client.execute_command(
+                        "EVALSHA", script.sha, len(keys), *keys, *args
+                    )
+                except Exception as exc:
+                    if not keep_errors:
+                        raise
+                    results[i] = exc
             elif isinstance(answer, Exception):
-                raise answer
+                if not keep_errors:
+                    raise answer
+                results[i] = answer
             else:
                 results[i] = answer
         if not refused:

@@ -223,8 +223,12 @@ def test_an_unreachable_redis_raises_after_retries_with_raise(redis_server, serv
     df.server = redis.Redis(port=redis_server.port + 1 if redis_server.port < 65535 else 1)
     df.backend._opened = True
     prepared = df.prepare_batch([Request("http://down.test/1")])
-    with pytest.raises(DedupBackendError, match="also after 2 retries"):
-        df.check_batch(prepared)
+    result = df.check_batch(prepared)
+    assert isinstance(result.failure, DedupBackendError)
+    assert "also after 2 retries" in str(result.failure)
+    # Not passed on; the middleware raises the failure after passing on the others.
+    assert df.account(prepared, result) == []
+    assert df.stats.get_value("dedup/errors") == 1
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r.values[0] in ("set", "hash", "bloom")])

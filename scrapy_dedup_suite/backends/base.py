@@ -186,6 +186,24 @@ def in_user_terms(
 
 
 @dataclass(frozen=True)
+class FailedCall:
+    """A call of a batch that failed: the indices of the fingerprints it carried."""
+
+    indices: list[int]
+    error: Exception
+
+
+def one_call(
+    call: Callable[[], list[bool]], fingerprints: Sequence[str]
+) -> tuple[list[bool | None], list[FailedCall]]:
+    """``try_check_and_add_many`` for a batch that is one call: all answered or all failed."""
+    try:
+        return list(call()), []
+    except Exception as exc:  # kept for the caller, as try_add_answers does
+        return [None] * len(fingerprints), [FailedCall(list(range(len(fingerprints))), exc)]
+
+
+@dataclass(frozen=True)
 class MetaSpec:
     """A parameter record: its key, the fields to write, the fields that must match."""
 
@@ -629,42 +647,78 @@ class DedupBackend(ABC):
         if self.add_script is None:  # a backend of its own without scripts: one by one
             each = expires if expires is not None else (None,) * len(fingerprints)
             return [self.check_and_add(fp, expire) for fp, expire in zip(fingerprints, each)]
-        answers = self.add_answers(fingerprints, expires)
+        seen, failed = self.try_check_and_add_many(fingerprints, expires)
+        if failed:
+            raise failed[0].error
+        return seen  # type: ignore[return-value]  # none failed: all answered
+
+    def try_check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> tuple[list[bool | None], list[FailedCall]]:
+        """:meth:`check_and_add_many`, keeping the answers of the calls that ran when
+        others failed (see :meth:`try_add_answers`): None for the fingerprints of a
+        failed call."""
+        if self.add_script is None:
+            return one_call(lambda: self.check_and_add_many(fingerprints, expires), fingerprints)
+        answers, failed = self.try_add_answers(fingerprints, expires)
         for answer in answers:
-            if answer < 0:
+            if answer is not None and answer < 0:
                 self.on_grown(answer)
-        return [answer > 0 for answer in answers]
+        return [None if answer is None else answer > 0 for answer in answers], failed
 
     def add_answers(
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
     ) -> list[int]:
         """The add script's answer for each fingerprint (see :attr:`add_script`)."""
+        answers, failed = self.try_add_answers(fingerprints, expires)
+        if failed:
+            raise failed[0].error
+        return answers  # type: ignore[return-value]  # none failed: all answered
+
+    def try_add_answers(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> tuple[list[int | None], list[FailedCall]]:
+        """:meth:`add_answers`, keeping the answers of the calls that ran when others
+        failed (on a cluster, one call per slot): None for each fingerprint of a
+        failed call, and the failed calls, each with its fingerprints' indices and
+        its error. A call the server refused wrote nothing (every add script checks
+        all it reads and writes first); one whose connection broke may have run."""
         script = self.add_script
         if script is None:
             raise NotImplementedError(f"{type(self).__name__} has no add script")
         count = len(fingerprints)
+        answers: list[int | None] = [None] * count
+        failed: list[FailedCall] = []
         if not count:
-            return []
+            return answers, failed
         if expires is None:
             expires = (None,) * count
         elif len(expires) != count:
             raise ValueError(f"{len(expires)} expiries for {count} fingerprints")
-        answers = [0] * count
         todo: Sequence[int] = range(count)
         for _ in range(self.again_limit + 1):
             calls = self._add_calls(fingerprints, expires, todo)
-            results = self._run_calls(script, calls)
+            try:
+                results = self._run_calls(script, calls)
+            except Exception as exc:  # kept for the caller, as run_many's are
+                results = [exc] * len(calls)
             again = []
             for (_, _, indices), result in zip(calls, results):
+                if isinstance(result, Exception):
+                    failed.append(FailedCall(indices, result))
+                    continue
                 for i, answer in zip(indices, result):
                     answers[i] = answer
                     if self.again(answer):
                         again.append(i)
             if not again:
-                return answers
+                return answers, failed
             self.learn([answers[i] for i in again])
+            for i in again:
+                answers[i] = None  # asked again: nothing was written for it
             todo = sorted(again)
-        raise self.again_error()
+        failed.append(FailedCall(list(todo), self.again_error()))
+        return answers, failed
 
     def _add_calls(
         self,
@@ -711,7 +765,11 @@ class DedupBackend(ABC):
             keys, args, _ = calls[0]
             return [self.run_script(script, keys, args)]
         return scripts.run_many(
-            self.server, script, [(keys, args) for keys, args, _ in calls], self.reopen
+            self.server,
+            script,
+            [(keys, args) for keys, args, _ in calls],
+            self.reopen,
+            keep_errors=True,
         )
 
     def contains(self, fingerprint: str) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import scripts
-from .base import COUNT, STABLE_ANSWERS, DedupBackend, chunks
+from .base import COUNT, STABLE_ANSWERS, DedupBackend, FailedCall, chunks, one_call
 
 
 class SetBackend(DedupBackend):
@@ -38,6 +38,11 @@ class SetBackend(DedupBackend):
         if not fingerprints:
             return []
         return [bool(x) for x in self.run_script(scripts.SET_ADD, [self.key], fingerprints)]
+
+    def try_check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> tuple[list[bool | None], list[FailedCall]]:
+        return one_call(lambda: self.check_and_add_many(fingerprints), fingerprints)
 
     def contains(self, fingerprint: str) -> bool:
         return bool(self.server.execute_command("SISMEMBER", self.key, fingerprint))

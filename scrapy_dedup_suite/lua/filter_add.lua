@@ -20,13 +20,18 @@ for i = 6, #ARGV, 2 do
   offsets[#offsets + 1] = positions
 end
 dedup_check_stamps(size, ARGV[1])
--- Every bitmap this call may write is checked before the first write, so a
--- damaged one refuses the whole call instead of keeping what came before it; one
--- that is missing is created at its first write.
+-- Every bitmap this call may read or write is checked before the first write, so
+-- a damaged one refuses the whole call instead of keeping what came before it;
+-- one that is missing is created at its first write.
 local missing = {}
 for i = 1, #groups do
-  local key = KEYS[groups[i] + 1]
-  if missing[key] == nil then missing[key] = dedup_check_bitmap(key, m) == 0 end
+  local g = groups[i]
+  if missing[KEYS[g + 1]] == nil then
+    missing[KEYS[g + 1]] = dedup_check_bitmap(KEYS[g + 1], m) == 0
+    for b = 2, n do -- the older buckets, only read: a damaged one would fail the read
+      dedup_check_bitmap(KEYS[g + b], m)
+    end
+  end
 end
 local out = {}
 for i = 1, #groups do

@@ -7,8 +7,17 @@
 -- fingerprint, and the milliseconds it stays seen.
 -- Returns one answer per fingerprint, in order: 1 when its field exists (seen), 0
 -- after writing it with its expiry. A fingerprint repeated in one call is new once,
--- then seen.
+-- then seen. Nothing is written before every stamp and shard of the call is read.
 dedup_check_stamps(2, ARGV[1])
+-- A shard of another type fails its first read: every shard is read before any write.
+local checked = {}
+for i = 2, #ARGV, 3 do
+  local shard = KEYS[tonumber(ARGV[i]) * 2]
+  if not checked[shard] then
+    checked[shard] = true
+    rcall('HLEN', shard)
+  end
+end
 local out = {}
 for i = 2, #ARGV, 3 do
   local g = tonumber(ARGV[i]) * 2 - 1

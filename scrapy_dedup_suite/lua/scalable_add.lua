@@ -12,6 +12,7 @@
 -- was added; -2: past the last layer), or <= -11: more of the schedule is
 -- needed; then nothing was written for it nor for any later fingerprint of
 -- its group, which all answer the same, and the client calls again with them.
+-- A damaged layer record or bitmap refuses the whole call before any write.
 local ttl, f, total, s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local sched = dedup_schedule(6, 5 + 3 * s)
 local fsize = s + 1
@@ -24,6 +25,23 @@ for i = 6 + 3 * s, #ARGV, 2 do
   h1s[#h1s + 1], h2s[#h2s + 1] = h1, h2
 end
 dedup_check_stamps(size, ARGV[1])
+-- Every layer record and every layer bitmap this call may read or write is
+-- checked before the first write, so a damaged one refuses the whole call
+-- instead of keeping what came before it.
+local checked = {}
+for i = 1, #groups do
+  local g = groups[i]
+  if not checked[g] then
+    checked[g] = true
+    for b = 1, f do
+      local fg = g + 1 + (b - 1) * fsize
+      local n = dedup_layer_state(fg)
+      for j = 1, math.min(n + 1, s) do -- the layers in use, and the next one if sent
+        dedup_check_bitmap(KEYS[fg + j], sched[j][1])
+      end
+    end
+  end
+end
 local out, blocked = {}, {}
 for i = 1, #groups do
   local g, h1, h2 = groups[i], h1s[i], h2s[i]
