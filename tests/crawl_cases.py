@@ -4,14 +4,21 @@ pages it downloaded, its stats and its log as JSON.
     python -m tests.crawl_cases '{"site": ..., "start": [N, ...], "settings": {...},
                                   "raise_at": [N, ...], "out": "result.json"}'
 
-``raise_at``: pages whose callback raises halfway through its links. The spider
-middlewares below stand for what a project may put after BatchDedupMiddleware.
+``raise_at``: pages whose callback raises halfway through its links. ``close_by``
+(with ``close_at``, a number of pages): how the crawl is ended once that many pages
+were parsed: "stop" (``crawler.stop_async()``), "SIGINT", "SIGTERM" (a graceful stop,
+as from a terminal or a process manager), "SIGKILL" (no stop at all). ``pages_file``:
+each page parsed is appended there at once, so a killed crawl leaves its pages.
+The spider middlewares below stand for what a project may put after
+BatchDedupMiddleware.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -19,6 +26,7 @@ from typing import Any
 import redis
 import scrapy
 from scrapy.crawler import CrawlerProcess
+from scrapy.utils.defer import deferred_from_coro
 
 from .crawl import BASE_SETTINGS, stats_of
 
@@ -56,6 +64,9 @@ class CaseSpider(scrapy.Spider):
         start: list[int],
         raise_at: list[int],
         stop_redis: str = "",
+        close_by: str = "",
+        close_at: int = 0,
+        pages_file: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +74,11 @@ class CaseSpider(scrapy.Spider):
         self.start_pages = start
         self.raise_at = set(raise_at)
         self.stop_redis = stop_redis
+        self.close_by = close_by
+        self.close_at = close_at
+        self.pages_fd = (
+            os.open(pages_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if pages_file else -1
+        )
         self.downloaded: list[int] = []
 
     async def start(self):
@@ -72,6 +88,10 @@ class CaseSpider(scrapy.Spider):
     def parse(self, response):
         page = int(response.url.rsplit("/", 1)[1])
         self.downloaded.append(page)
+        if self.pages_fd >= 0:
+            os.write(self.pages_fd, f"{page}\n".encode())
+        if self.close_by and len(self.downloaded) == self.close_at:
+            self.close()
         if self.stop_redis and page == 0:
             # Redis goes away for good before the first page's links are checked.
             with contextlib.suppress(redis.ConnectionError):
@@ -81,6 +101,12 @@ class CaseSpider(scrapy.Spider):
             if page in self.raise_at and i == len(hrefs) // 2:
                 raise ValueError(f"callback failed on page {page}")
             yield response.follow(href, self.parse)
+
+    def close(self) -> None:
+        if self.close_by == "stop":
+            deferred_from_coro(self.crawler.stop_async())
+        else:
+            os.kill(os.getpid(), getattr(signal, self.close_by))
 
 
 def main() -> None:
@@ -95,6 +121,9 @@ def main() -> None:
         start=args["start"],
         raise_at=args.get("raise_at", []),
         stop_redis=args.get("stop_redis", ""),
+        close_by=args.get("close_by", ""),
+        close_at=args.get("close_at", 0),
+        pages_file=args.get("pages_file", ""),
     )
     process.start()
     with open(args["out"], "w") as f:
