@@ -8,7 +8,8 @@ pages it downloaded, its stats and its log as JSON.
 (with ``close_at``, a number of pages): how the crawl is ended once that many pages
 were parsed: "stop" (``crawler.stop_async()``), "SIGINT", "SIGTERM" (a graceful stop,
 as from a terminal or a process manager), "SIGKILL" (no stop at all). ``pages_file``:
-each page parsed is appended there at once, so a killed crawl leaves its pages.
+each page parsed ("p N") and each request scheduled ("s N") is appended there at
+once, so a killed crawl leaves what it did.
 The spider middlewares below stand for what a project may put after
 BatchDedupMiddleware.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 import redis
 import scrapy
+from scrapy import signals
 from scrapy.crawler import CrawlerProcess
 from scrapy.utils.defer import deferred_from_coro
 
@@ -88,8 +90,7 @@ class CaseSpider(scrapy.Spider):
     def parse(self, response):
         page = int(response.url.rsplit("/", 1)[1])
         self.downloaded.append(page)
-        if self.pages_fd >= 0:
-            os.write(self.pages_fd, f"{page}\n".encode())
+        self.note(f"p {page}")
         if self.close_by and len(self.downloaded) == self.close_at:
             self.close()
         if self.stop_redis and page == 0:
@@ -101,6 +102,19 @@ class CaseSpider(scrapy.Spider):
             if page in self.raise_at and i == len(hrefs) // 2:
                 raise ValueError(f"callback failed on page {page}")
             yield response.follow(href, self.parse)
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.scheduled, signal=signals.request_scheduled)
+        return spider
+
+    def scheduled(self, request, spider=None) -> None:
+        self.note(f"s {int(request.url.rsplit('/', 1)[1])}")
+
+    def note(self, line: str) -> None:
+        if self.pages_fd >= 0:
+            os.write(self.pages_fd, f"{line}\n".encode())
 
     def close(self) -> None:
         if self.close_by == "stop":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -130,6 +132,14 @@ def tree_links(page: int, pages: int, links: int) -> list[int]:
     return [m for m in range(page * links + 1, page * links + links + 1) if m < pages]
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A client that went away mid-response (a crawl killed on purpose) is no error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class Site:
     """``/page/N`` for N < pages, each with ``links`` links to other pages (chosen by
     ``linker``: site_links, or tree_links)."""
@@ -173,7 +183,7 @@ class Site:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -181,11 +181,12 @@ def test_a_closed_then_resumed_crawl_loses_nothing(
         assert pages["plain"] == list(range(tree.pages))
 
 
-def killed_crawl(tmp_path, site: Site, settings: dict, name: str, at: int) -> list[int]:
-    """A crawl killed with SIGKILL once ``at`` pages were parsed: the pages it parsed."""
-    pages_file = tmp_path / f"{name}.pages"
+def killed_crawl(tmp_path, site: Site, settings: dict, name: str, at: int) -> dict[str, set]:
+    """A crawl killed with SIGKILL once ``at`` pages were parsed: the pages it parsed
+    ("p") and the requests it scheduled ("s")."""
+    notes = tmp_path / f"{name}.notes"
     args = {"site": site.url, "start": [0], "settings": settings}
-    args.update(close_by="SIGKILL", close_at=at, pages_file=str(pages_file))
+    args.update(close_by="SIGKILL", close_at=at, pages_file=str(notes))
     args["out"] = str(tmp_path / f"{name}.json")
     proc = subprocess.run(
         [sys.executable, "-m", "tests.crawl_cases", json.dumps(args)],
@@ -196,23 +197,22 @@ def killed_crawl(tmp_path, site: Site, settings: dict, name: str, at: int) -> li
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-4000:]
-    return [int(line) for line in pages_file.read_text().split()]
-
-
-def lost_roots(site: Site, crawled: set[int]) -> list[int]:
-    """Pages never crawled whose parent was: each the root of a lost subtree."""
-    parent = {c: p for p in range(site.pages) for c in tree_links(p, site.pages, site.links)}
-    return [p for p in range(1, site.pages) if p not in crawled and parent[p] in crawled]
+    done: dict[str, set] = {"p": set(), "s": set()}
+    for line in notes.read_text().splitlines():
+        kind, page = line.split()
+        done[kind].add(int(page))
+    return done
 
 
 @pytest.mark.single_server
 def test_a_killed_crawl_loses_at_most_its_pages_in_flight_and_their_links(
     tmp_path, big_tree, redis_server, redis_settings, server
 ):
-    """kill -9 at the 150th page, then a resume. What is lost (the roots of the
-    subtrees never crawled) is bounded by the pages in flight at the kill (requested
-    from the site and not parsed; at most CONCURRENT_REQUESTS more not yet requested),
-    each with its links (recorded, not yet queued), with or without the middleware."""
+    """kill -9 at the 150th page, then a resume to the end. What is lost (the roots of
+    the subtrees never crawled) is at most the pages in flight at the kill, each with
+    its links: the pages requested and not parsed (at most CONCURRENT_REQUESTS more
+    taken from the queue and not yet requested), and the pages parsed whose links
+    had not all reached the scheduler. With or without the middleware."""
     concurrency, links = 8, big_tree.links
     settings = settings_for(
         redis_settings,
@@ -222,23 +222,30 @@ def test_a_killed_crawl_loses_at_most_its_pages_in_flight_and_their_links(
         SCHEDULER_PERSIST=True,
         CONCURRENT_REQUESTS=concurrency,
     )
+    pages = range(big_tree.pages)
     for name, run in (("plain", settings), ("batched", {**settings, **BATCHED})):
         flush(server, redis_server.url)
         big_tree.served.clear()
-        parsed = killed_crawl(tmp_path, big_tree, run, name, at=150)
-        in_flight = len(big_tree.served - set(parsed))
+        done = killed_crawl(tmp_path, big_tree, run, name, at=150)
+        unparsed = big_tree.served - done["p"]
+        unfinished = [
+            p for p in done["p"] if not set(tree_links(p, len(pages), links)) <= done["s"]
+        ]
+        in_flight = len(unparsed) + len(unfinished) + concurrency
         resumed = crawl(tmp_path, big_tree, run, f"{name}-resumed")
-        lost = lost_roots(big_tree, set(parsed) | set(resumed["pages"]))
-        bound = (in_flight + concurrency) * (1 + links)
-        print(f"{name}: {len(lost)} lost, {in_flight} in flight, bound {bound}")
-        assert len(lost) <= bound, (name, lost, in_flight)
+        crawled = done["p"] | set(resumed["pages"])
+        parent = {c: p for p in pages for c in tree_links(p, len(pages), links)}
+        lost = [p for p in pages if p not in crawled and parent.get(p) in crawled]
+        print(f"kill -9 {name}: {len(lost)} lost, {in_flight} in flight")
+        assert len(lost) <= in_flight * (1 + links), (name, lost, in_flight)
 
 
 @pytest.mark.single_server
-def test_a_close_during_a_lasting_outage_ends(tmp_path, tree):
+@pytest.mark.parametrize("close", ["CLOSESPIDER_TIMEOUT", "SIGTERM", "SIGINT"])
+def test_a_close_during_a_lasting_outage_ends(tmp_path, tree, close):
     """Redis goes away for good at the first page; the batches would wait an hour
-    (DEDUP_BATCH_OUTAGE_WAIT) but CLOSESPIDER_TIMEOUT closes the crawl, and the
-    crawl ends (before this test's deadline, long before the hour)."""
+    (DEDUP_BATCH_OUTAGE_WAIT) but the crawl is closed (by a timeout, or a signal at the
+    first page), and it ends (before this test's deadline, long before the hour)."""
     server = RedisServer(redis_server_binary(), bloom=False).start()
     try:
         settings = {
@@ -247,11 +254,16 @@ def test_a_close_during_a_lasting_outage_ends(tmp_path, tree):
             "DEDUP_BATCH_OUTAGE_WAIT": 3600,
             "DEDUP_BATCH_THREADS": 4,
             "DEDUP_BATCH_SIZE": 2,
-            "CLOSESPIDER_TIMEOUT": 2,
             **BATCHED,
         }
-        result = crawl(tmp_path, tree, settings, "outage", stop_redis=server.url)
+        args: dict = {"stop_redis": server.url}
+        if close == "CLOSESPIDER_TIMEOUT":
+            settings["CLOSESPIDER_TIMEOUT"] = 2
+        else:
+            args.update(close_by=close, close_at=1)
+        result = crawl(tmp_path, tree, settings, "outage", **args)
     finally:
         server.stop()
-    assert result["stats"]["finish_reason"] == "closespider_timeout"
+    reason = "closespider_timeout" if close == "CLOSESPIDER_TIMEOUT" else "shutdown"
+    assert result["stats"]["finish_reason"] == reason
     assert result["pages"][:1] == [0]
