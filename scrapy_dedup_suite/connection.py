@@ -255,6 +255,16 @@ def address(client: Any) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)} db {kwargs.get('db', 0)}"
 
 
+def failure_text(exc: BaseException) -> str:
+    """A failed call's error in one short line, for logs and messages."""
+    from redis.sentinel import MasterNotFoundError
+
+    if isinstance(exc, MasterNotFoundError):  # its text holds each sentinel client's repr
+        return "no sentinel named a primary (they are down, unreachable, or monitor another name)"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> RedisUnreachableError:
     """The one-line error for a server that could not be reached."""
     from redis.sentinel import MasterNotFoundError
@@ -268,8 +278,7 @@ def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> Red
             f"monitor {service!r} (redis-cli -p PORT SENTINEL MASTERS), and their password "
             "in DEDUP_REDIS_SENTINEL_PARAMS."
         )
-    text = str(exc).strip()
-    reason = text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+    reason = failure_text(exc).rstrip(".")
     return RedisUnreachableError(
         f"Cannot reach Redis at {address(client)} (from {source}) {doing}: {reason}. Check "
         f"that the server runs there and that {source} (host, port, db, rediss:// for TLS) "

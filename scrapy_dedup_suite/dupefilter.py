@@ -41,7 +41,14 @@ from .backends import (  # noqa: F401 - dupefilter_key re-exported
     other_filters,
 )
 from .backends.base import STABLE_ANSWERS, FailedCall, cluster_node_error
-from .connection import UNREACHABLE, get_redis, redis_source, unreachable, without_retries
+from .connection import (
+    UNREACHABLE,
+    failure_text,
+    get_redis,
+    redis_source,
+    unreachable,
+    without_retries,
+)
 from .exceptions import (
     DedupBackendError,
     DedupConfigError,
@@ -593,7 +600,7 @@ class RFPDupeFilter(BaseDupeFilter):
             result.failure = DedupBackendError(
                 f"Redis failed while checking a batch of {len(indices)} request(s) against "
                 f"the {self.backend.name} dupefilter at {self.backend.key!r}, also after "
-                f"{self.retries} retries: {error}"
+                f"{self.retries} retries: {failure_text(error)}"
             )
             result.failure.__cause__ = error
             outcome = FAILED
@@ -632,7 +639,7 @@ class RFPDupeFilter(BaseDupeFilter):
             self.logger.warning(
                 "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
                 "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
-                {"count": tally[UNCHECKED], "error": result.error},
+                {"count": tally[UNCHECKED], "error": failure_text(result.error)},
             )
         if tally.get(DEFERRED):
             self.logger.warning(
@@ -701,12 +708,13 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.on_error == "raise":
             raise DedupBackendError(
                 f"Redis failed while checking {request!r} against the {self.backend.name} "
-                f"dupefilter at {self.backend.key!r}, also after {self.retries} retries: {exc}"
+                f"dupefilter at {self.backend.key!r}, also after {self.retries} retries: "
+                f"{failure_text(exc)}"
             ) from exc
         self.logger.warning(
             "Redis failed while checking %(request)s (%(error)s); letting it through "
             "(DEDUP_ON_ERROR='allow'), it may be crawled twice",
-            {"request": request, "error": exc},
+            {"request": request, "error": failure_text(exc)},
         )
         return False
 

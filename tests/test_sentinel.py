@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
@@ -126,6 +127,19 @@ def test_sentinels_down_are_said_in_one_short_line():
     assert "\n" not in message and "<redis." not in message
     assert len(message) < 500
     assert "the primary 'mymaster' of the sentinels at 127.0.0.1:" in message
+
+
+def test_sentinels_gone_mid_crawl_are_logged_in_one_short_line(sentinels, caplog):
+    settings = Settings({**sentinel_settings(sentinels), "DEDUP_ON_ERROR": "allow"})
+    df = RFPDupeFilter.from_settings(settings)
+    df.open()
+    assert df.request_seen(Request("http://sentinel.test/1")) is False
+    sentinels.stop()
+    with caplog.at_level(logging.WARNING):
+        assert df.request_seen(Request("http://sentinel.test/2")) is False  # let through
+    (line,) = [r.getMessage() for r in caplog.records if "letting it through" in r.getMessage()]
+    assert "no sentinel named a primary" in line
+    assert "<redis." not in line and len(line) < 400
 
 
 class Stream:
