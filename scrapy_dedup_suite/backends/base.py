@@ -623,7 +623,7 @@ class DedupBackend(ABC):
         if script is None:
             raise NotImplementedError(f"{type(self).__name__} has no add script")
         # The per-request path: the one call of a batch of one, without the batch's
-        # bookkeeping (add_answers) around it.
+        # bookkeeping (try_add_answers) around it.
         ((keys, args, _),) = self._add_calls((fingerprint,), (expire,), (0,))
         answer = self.run_script(script, keys, args)[0]
         if answer > 0:
@@ -666,23 +666,15 @@ class DedupBackend(ABC):
                 self.on_grown(answer)
         return [None if answer is None else answer > 0 for answer in answers], failed
 
-    def add_answers(
-        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
-    ) -> list[int]:
-        """The add script's answer for each fingerprint (see :attr:`add_script`)."""
-        answers, failed = self.try_add_answers(fingerprints, expires)
-        if failed:
-            raise failed[0].error
-        return answers  # type: ignore[return-value]  # none failed: all answered
-
     def try_add_answers(
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
     ) -> tuple[list[int | None], list[FailedCall]]:
-        """:meth:`add_answers`, keeping the answers of the calls that ran when others
-        failed (on a cluster, one call per slot): None for each fingerprint of a
-        failed call, and the failed calls, each with its fingerprints' indices and
-        its error. A call the server refused wrote nothing (every add script checks
-        all it reads and writes first); one whose connection broke may have run."""
+        """The add script's answer for each fingerprint (see :attr:`add_script`),
+        keeping the answers of the calls that ran when others failed (on a cluster,
+        one call per slot): None for each fingerprint of a failed call, and the
+        failed calls, each with its fingerprints' indices and its error. A call the
+        server refused wrote nothing (every add script checks all it reads and writes
+        first); one whose connection broke may have run."""
         script = self.add_script
         if script is None:
             raise NotImplementedError(f"{type(self).__name__} has no add script")
