@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_dedup_suite.backends import build_backend, dupefilter_key, get_backend_class
+from scrapy_dedup_suite.backends import (
+    MIGRATION_TARGETS,
+    build_backend,
+    dupefilter_key,
+    get_backend_class,
+)
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
 from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
@@ -21,7 +26,7 @@ from .set_to_bloom import MigrationError, Progress, SetToBloom
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ("bloom", "windowed-bloom", "hash", "native-bloom", "windowed-native-bloom")
+TARGETS = MIGRATION_TARGETS
 
 
 class Command(ScrapyCommand):

@@ -108,13 +108,19 @@ def without_retries(server: Any) -> Any:
 
 
 def has_command(client: Any, name: str) -> bool:
-    """Whether the server behind ``client`` knows the command ``name`` (sent with no
-    arguments: any answer but "unknown command" says it does; nothing is written)."""
+    """Whether the server behind ``client`` knows the command ``name`` (COMMAND INFO
+    answers nil for one it does not; nothing is run)."""
     try:
-        client.execute_command(name)
-    except ResponseError as exc:
-        return "unknown command" not in str(exc).lower()
-    return True
+        info = client.execute_command("COMMAND INFO", name)
+    except ResponseError as exc:  # an ACL that refuses COMMAND
+        raise DedupConfigError(
+            f"The Redis server at {address(client)} refused COMMAND INFO ({exc}), which the "
+            f"dupefilter sends at open to learn whether the server has {name}: allow the "
+            "COMMAND command for its Redis user (ACL SETUSER ... +command)"
+        ) from None
+    if isinstance(info, dict):  # redis-py parses the reply into {name: details}
+        return any(details for details in info.values())
+    return bool(info) and info[0] is not None
 
 
 #: Failures that mean "the server could not be reached" (refused, timed out, no
@@ -410,7 +416,9 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
             f"{exc}. {URL_HELP} (database 0: a cluster has no other)"
         ) from exc
     except RedisClusterException as exc:
-        if "not enabled" not in str(exc):  # not "Cluster mode is not enabled on this node"
+        # A node that answered CLUSTER SLOTS with an error is no cluster node (redis-py
+        # raises this from its ResponseError); anything else could not be reached.
+        if not isinstance(exc.__context__, ResponseError):
             raise DedupConfigError(
                 f"Cannot reach the Redis Cluster at {where} ({exc}). A cluster client reads the "
                 "slot map when it is built, so a node must answer at start-up."

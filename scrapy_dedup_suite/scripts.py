@@ -18,9 +18,8 @@ from typing import Any
 from redis.cluster import ClusterPipeline
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
-#: Fragments prepended to scripts that hash fingerprints to bit offsets.
-_SHARED = ("positions", "stamp")
-_LAYERED = ("positions", "stamp", "layers")
+#: The first line of every script: the fragments it uses, in the order they go.
+INCLUDE = "-- include: "
 
 
 @cache
@@ -28,14 +27,32 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+def includes(name: str) -> list[str]:
+    """The fragments script ``name`` names on its first line (``-- include: prelude,
+    stamp``), each with what it includes first, each once: the prelude always first."""
+    first = _read(name).partition("\n")[0]
+    if not first.startswith(INCLUDE):
+        raise ValueError(f"lua/{name}.lua must start with '{INCLUDE}prelude[, ...]'")
+    order: list[str] = []
+    for part in (p.strip() for p in first[len(INCLUDE) :].split(",")):
+        if part == name:  # the prelude names itself
+            continue
+        for fragment in [*includes(part), part]:
+            if fragment not in order:
+                order.append(fragment)
+    if name != "prelude" and order[:1] != ["prelude"]:
+        raise ValueError(f"lua/{name}.lua must include the prelude first")
+    return order
+
+
 #: Every script by its SHA1, to explain an error a server reports by SHA and line.
 BY_SHA: dict[str, LuaScript] = {}
 
 
 class LuaScript:
-    def __init__(self, name: str, *, shared: Sequence[str] = ()) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.source = "\n".join([*(_read(part) for part in shared), _read(name)])
+        self.source = "\n".join([*(_read(part) for part in includes(name)), _read(name)])
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
 
@@ -78,25 +95,25 @@ def explain(message: str) -> str:
     )
 
 
-FILTER_ADD = LuaScript("filter_add", shared=_SHARED)
-BLOOM_CONTAINS = LuaScript("bloom_contains", shared=_SHARED)
+FILTER_ADD = LuaScript("filter_add")
+BLOOM_CONTAINS = LuaScript("bloom_contains")
 SET_ADD = LuaScript("set_add")
-SCALABLE_ADD = LuaScript("scalable_add", shared=_LAYERED)
-SCALABLE_CONTAINS = LuaScript("scalable_contains", shared=_LAYERED)
-HASH_ADD = LuaScript("hash_add", shared=("stamp",))
+SCALABLE_ADD = LuaScript("scalable_add")
+SCALABLE_CONTAINS = LuaScript("scalable_contains")
+HASH_ADD = LuaScript("hash_add")
 HASH_CONTAINS = LuaScript("hash_contains")
-HASH_FIELD_ADD = LuaScript("hash_field_add", shared=("stamp",))
+HASH_FIELD_ADD = LuaScript("hash_field_add")
 HASH_FIELD_CONTAINS = LuaScript("hash_field_contains")
-NATIVE_ADD = LuaScript("native_add", shared=("stamp",))
+NATIVE_ADD = LuaScript("native_add")
 NATIVE_CONTAINS = LuaScript("native_contains")
 META_INIT = LuaScript("meta_init")
-BITMAP_ALLOC = LuaScript("bitmap_alloc", shared=("stamp",))
+BITMAP_ALLOC = LuaScript("bitmap_alloc")
 DELETE_IF_TYPE = LuaScript("delete_if_type")
 HASH_PURGE = LuaScript("hash_purge")
 LOCK_REFRESH = LuaScript("lock_refresh")
 LOCK_RELEASE = LuaScript("lock_release")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
-MERGE_OR = LuaScript("merge_or", shared=("stamp",))
+MERGE_OR = LuaScript("merge_or")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

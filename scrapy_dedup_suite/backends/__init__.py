@@ -32,6 +32,9 @@ BACKENDS: dict[str, type[DedupBackend]] = {
     )
 }
 
+#: The backends ``scrapy migrate-set-to-bloom --to`` converts a scrapy-redis set into.
+MIGRATION_TARGETS = ("bloom", "windowed-bloom", "hash", "native-bloom", "windowed-native-bloom")
+
 
 def get_backend_class(name: object) -> type[DedupBackend]:
     """The class for a registered name or a dotted path to a DedupBackend subclass."""
@@ -134,6 +137,7 @@ def build_backend(
 
 __all__ = [
     "BACKENDS",
+    "MIGRATION_TARGETS",
     "BloomBackend",
     "DedupBackend",
     "HashBackend",

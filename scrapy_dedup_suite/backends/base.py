@@ -18,6 +18,7 @@ from scrapy.settings import BaseSettings
 from .. import scripts
 from ..connection import is_cluster, masters, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
+from ..failures import cluster_node_error, code_of
 
 logger = logging.getLogger(__name__)
 
@@ -98,14 +99,6 @@ def slot_sibling(key: str, suffix: str) -> str:
             "'{' and '}' in SCHEDULER_DUPEFILTER_KEY other than one hash tag such as '{spider}'"
         )
     return sibling
-
-
-def cluster_node_error(exc: Exception) -> DedupConfigError:
-    """The error for a plain client that was redirected (MOVED/ASK) by a cluster node."""
-    return DedupConfigError(
-        f"Redis answered {str(exc).split(chr(10))[0]!r}: REDIS_URL points at a node of a Redis "
-        "Cluster. Set DEDUP_REDIS_CLUSTER = True so that the dupefilter uses a cluster client."
-    )
 
 
 #: The setting behind each field of a parameter record ...
@@ -1018,7 +1011,7 @@ class DedupBackend(ABC):
         try:
             created, flat = scripts.META_INIT(self.server, [spec.key], args)
         except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
+            if code_of(exc) == "dedup:WRONGTYPE":
                 kind = as_str(self.server.type(spec.key))
                 raise WrongKeyTypeError(
                     spec.key, kind, "hash", self.wrong_type_hint(kind)

@@ -24,6 +24,7 @@ from scrapy.settings import BaseSettings
 from .. import config, scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
+from ..failures import script_failure
 from ..options import BloomOptions
 from .base import (
     BULK_TARGET,
@@ -289,14 +290,14 @@ class BloomBackend(BlockedBloom):
                 keys = self.shape.alloc_keys(stamp, block)
                 scripts.BITMAP_ALLOC(self.server, keys, [self.stamp, self.params.block_bits])
             except ResponseError as exc:
-                if "dedup:" not in str(exc):
+                failure = script_failure(exc)
+                if failure is None:
                     raise
-                damage = str(exc).split("dedup: ", 1)[1].split(" script:")[0]
                 raise FilterMismatchError(
-                    f"The {self.name} filter at {self.key!r} is damaged: {damage}. Nothing was "
-                    "changed. Rebuild it (scrapy migrate-set-to-bloom from a set, or a new "
-                    "SCHEDULER_DUPEFILTER_KEY) and find what removed or rewrote its keys "
-                    "(eviction, a manual DEL or SET)."
+                    f"The {self.name} filter at {self.key!r} is damaged: {failure.message}. "
+                    "Nothing was changed. Rebuild it (scrapy migrate-set-to-bloom from a set, "
+                    "or a new SCHEDULER_DUPEFILTER_KEY) and find what removed or rewrote its "
+                    "keys (eviction, a manual DEL or SET)."
                 ) from None
 
     def block_key(self, fingerprint: str) -> str:

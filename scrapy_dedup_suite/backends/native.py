@@ -237,16 +237,17 @@ class NativeBloomBackend(DedupBackend):
         return list(self.expected_types())
 
     def filter_infos(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
-        """BF.INFO of each key (None for a missing one)."""
+        """BF.INFO of each key (None for a missing one: BF.INFO fails on it, which is
+        told from any other failure by the key's absence, not by the error's words)."""
         if not keys:
             return []
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.execute_command("BF.INFO", key)
         out: list[dict[str, Any] | None] = []
-        for answer in pipe.execute(raise_on_error=False):
+        for key, answer in zip(keys, pipe.execute(raise_on_error=False)):
             if isinstance(answer, Exception):
-                if "not found" not in str(answer):
+                if self.server.exists(key):  # (a time bucket may expire meanwhile)
                     raise answer
                 out.append(None)
             else:

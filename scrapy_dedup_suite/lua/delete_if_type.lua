@@ -1,3 +1,4 @@
+-- include: prelude
 -- Delete keys only if each holds its expected type (or none), all or nothing,
 -- so that a key another program wrote under the same name is never deleted by
 -- mistake. Called with keys of one cluster slot, it is atomic: a crawler never
@@ -7,7 +8,7 @@
 -- for the first such key i, deleting nothing.
 local found = {}
 for i = 1, #KEYS do
-  local kind = redis.call('TYPE', KEYS[i]).ok
+  local kind = rcall('TYPE', KEYS[i]).ok
   if kind ~= 'none' and not string.find('|' .. ARGV[i] .. '|', '|' .. kind .. '|', 1, true) then
     return { -i, kind }
   end
@@ -16,7 +17,7 @@ end
 local deleted = 0
 for i = 1, #KEYS do
   if found[i] ~= 'none' then
-    redis.call('UNLINK', KEYS[i])
+    rcall('UNLINK', KEYS[i])
     deleted = deleted + 1
   end
 end

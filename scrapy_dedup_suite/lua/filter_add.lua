@@ -1,3 +1,4 @@
+-- include: prelude, positions, stamp
 -- Check-and-add fingerprints in fixed-size Bloom filters, each one atomically.
 -- KEYS: one group of 1 + n keys per block the call touches: the block's stamp
 -- (stamp.lua), then its n filters (bloom: the block itself; windowed-bloom: the
@@ -15,7 +16,7 @@ local size = n + 1
 local groups, offsets = {}, {}
 for i = 6, #ARGV, 2 do
   local positions = dedup_positions(ARGV[i + 1], m, k)
-  if not positions then return dedup_bad_fingerprint(ARGV[i + 1]) end
+  if not positions then dedup_bad_fingerprint(ARGV[i + 1]) end
   groups[#groups + 1] = (tonumber(ARGV[i]) - 1) * size + 1
   offsets[#offsets + 1] = positions
 end
@@ -57,9 +58,7 @@ for i = 1, #groups do
     end
     dedup_set_from(key, positions, first)
     -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
-    if ttl > 0 and rcall('PTTL', key) == -1 then
-      rcall('PEXPIRE', key, ttl)
-    end
+    dedup_keep_ttl(key, ttl)
   end
   out[i] = answer
 end

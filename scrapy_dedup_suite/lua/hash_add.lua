@@ -1,3 +1,4 @@
+-- include: prelude, stamp
 -- Check-and-record fingerprints with an expiry, each one atomically, on the server's clock.
 -- KEYS: one group per shard the call touches: the shard's stamp (stamp.lua), then
 -- the shard (a hash: fingerprint -> expiry in Unix milliseconds).
@@ -6,8 +7,7 @@
 -- Returns one answer per fingerprint, in order: 1 when its field exists and has
 -- not expired (seen), 0 after (re)writing it. A fingerprint repeated in one call
 -- is new once, then seen.
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = dedup_now_ms()
 dedup_check_stamps(2, ARGV[1])
 -- First every answer, then the writes: a damaged field refuses the whole call
 -- before anything is written.
@@ -20,7 +20,7 @@ for i = 2, #ARGV, 3 do
   if current then
     local expiry = tonumber(current)
     if not expiry then
-      dedup_fail('field ' .. fp .. ' of ' .. shard .. ' is not an expiry timestamp: ' .. current)
+      dedup_fail('FIELD', 'field ' .. fp .. ' of ' .. shard .. ' is not an expiry timestamp: ' .. current)
     end
     if expiry > now then answer = 1 end
   end

@@ -1,3 +1,4 @@
+-- include: prelude, stamp
 -- Check-and-record fingerprints whose fields the server expires itself (hash-field
 -- TTL: Redis >= 7.4, Valkey >= 9), each one atomically. An expired field does not
 -- exist for HEXISTS, whether or not the server has reclaimed it yet.

@@ -1,3 +1,4 @@
+-- include: prelude, positions, stamp
 -- Scalable Bloom filters (Almeida et al., 2007), one per block (or per bucket of
 -- a block). Every key a call touches is in KEYS: a filter is a group of keys
 -- from index g, KEYS[g] its layer record (a hash: n, layers in use, and count,
@@ -23,7 +24,7 @@ end
 local function dedup_layer_state(g)
   local st = rcall('HMGET', KEYS[g], 'n', 'count')
   if not st[1] and not st[2] and rcall('EXISTS', KEYS[g + 1]) == 1 then
-    dedup_fail('layer record ' .. KEYS[g] .. ' is missing but ' .. KEYS[g + 1]
+    dedup_fail('LAYERS', 'layer record ' .. KEYS[g] .. ' is missing but ' .. KEYS[g + 1]
       .. ' exists: the filter lost what it knew of its layers')
   end
   return tonumber(st[1]) or 1, tonumber(st[2]) or 0
@@ -80,9 +81,7 @@ local function dedup_layers_add(g, n, count, sched, total, h1, h2, ttl)
     dedup_set_from(key, offsets, first)
   end
   rcall('HSET', state, 'n', n, 'count', count + 1)
-  if ttl > 0 then
-    if rcall('PTTL', key) == -1 then rcall('PEXPIRE', key, ttl) end
-    if rcall('PTTL', state) == -1 then rcall('PEXPIRE', state, ttl) end
-  end
+  dedup_keep_ttl(key, ttl)
+  dedup_keep_ttl(state, ttl)
   return code
 end

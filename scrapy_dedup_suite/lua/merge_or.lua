@@ -1,3 +1,4 @@
+-- include: prelude, stamp
 -- Migration: OR a bitmap uploaded beside a Bloom block (or bucket) into it,
 -- atomically. Bits are only added; bits set meanwhile by crawlers are kept.
 -- KEYS[1]: the block's stamp (stamp.lua), KEYS[2]: the target bitmap,
@@ -7,10 +8,7 @@
 -- KEYS[4], ARGV[4], ARGV[5] (a scalable filter's first layer): its layer record,
 -- the number of fingerprints the bitmap holds, added to the record's count, and
 -- the round's token: a round merged again (a resumed migration) adds no count.
-local kind = rcall('TYPE', KEYS[2]).ok
-if kind ~= 'string' and kind ~= 'none' then
-  return redis.error_reply('WRONGTYPE dedup: Bloom bitmap ' .. KEYS[2] .. ' holds a ' .. kind)
-end
+dedup_check_type(KEYS[2], 'string', 'Bloom bitmap')
 dedup_stamp(KEYS[1], ARGV[1])
 local created = dedup_ensure_bitmap(KEYS[2], tonumber(ARGV[2]))
 if created == 1 and KEYS[4] then
@@ -30,8 +28,6 @@ if KEYS[4] then
     rcall('HINCRBY', KEYS[4], 'count', ARGV[4])
     rcall('HSET', KEYS[4], 'merged', ARGV[5])
   end
-  if tonumber(ARGV[3]) > 0 and rcall('PTTL', KEYS[4]) == -1 then
-    rcall('PEXPIRE', KEYS[4], ARGV[3])
-  end
+  dedup_keep_ttl(KEYS[4], tonumber(ARGV[3]))
 end
 return 1

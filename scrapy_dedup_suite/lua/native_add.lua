@@ -1,3 +1,4 @@
+-- include: prelude, stamp
 -- Check-and-add fingerprints in the server's own Bloom filters (BF.*: Redis 8,
 -- RedisBloom, valkey-bloom), each one atomically.
 -- KEYS: one group of 1 + n keys per block the call touches: the block's stamp
@@ -55,7 +56,7 @@ if ARGV[4] == '0' then
   for key, count in pairs(adds) do
     local held = rcall('BF.CARD', key)
     if held + count > capacity then
-      dedup_fail('Bloom filter ' .. key .. ': non scaling filter is full (it holds ' .. held
+      dedup_fail('FULL', 'Bloom filter ' .. key .. ': non scaling filter is full (it holds ' .. held
         .. ' of its capacity ' .. capacity .. ' and this call would add ' .. count .. ')')
     end
   end
@@ -70,14 +71,12 @@ for i = 7, #ARGV, 2 do
     local added = rcall('BF.INSERT', key, unpack(insert))[1]
     if type(added) == 'table' then
       -- A NONSCALING filter that is full: refuse, never answer "seen".
-      dedup_fail('Bloom filter ' .. key .. ' refused a fingerprint: ' .. tostring(added.err))
+      dedup_fail('REFUSED', 'Bloom filter ' .. key .. ' refused a fingerprint: ' .. tostring(added.err))
     end
     -- 0: a repeat within this call (or a false positive of the bits just set): seen.
     if added == 0 then out[j] = 1 end
     -- A time bucket always carries its expiry (restored if it was lost, e.g. by a restore).
-    if ttl > 0 and rcall('PTTL', key) == -1 then
-      rcall('PEXPIRE', key, ttl)
-    end
+    dedup_keep_ttl(key, ttl)
   end
 end
 return out

@@ -1,9 +1,10 @@
+-- include: prelude
 -- Bit offsets of one fingerprint, scheme dh48-v1 (see scrapy_dedup_suite/bloom_math.py):
 --   h1 = fp[0:12], h2 = fp[12:24] read as 48-bit hex numbers,
 --   p_0 = h1 mod m, p_i = (p_(i-1) + h2 mod m) mod m, for k offsets.
 -- Every value stays below 2^53, where Lua's '%' on doubles is exact.
 -- (Hot path: locals and operators, not math.* calls, which cost as much as a GETBIT.)
-local tonumber, strsub, strfind, rcall = tonumber, string.sub, string.find, redis.call
+local strsub, strfind = string.sub, string.find
 
 -- h1, h2 of a hex fingerprint, or nil when it is not one.
 local function dedup_hashes(fp)
@@ -32,7 +33,7 @@ local function dedup_positions(fp, m, k)
 end
 
 local function dedup_bad_fingerprint(fp)
-  return redis.error_reply('ERR dedup: fingerprint is not a hex digest of at least 16 bytes: ' .. tostring(fp))
+  dedup_fail('FINGERPRINT', 'fingerprint is not a hex digest of at least 16 bytes: ' .. tostring(fp))
 end
 
 -- Index of the first offset whose bit is 0 in key, or 0 when all k are set.

@@ -1,3 +1,4 @@
+-- include: prelude, layers
 -- Check-and-add fingerprints in scalable Bloom filters, each one atomically.
 -- KEYS: one group per block the call touches: the block's stamp (stamp.lua),
 -- then f filters (bloom: the block; windowed-bloom: the live buckets of the
@@ -20,7 +21,7 @@ local size = 1 + f * fsize
 local groups, h1s, h2s = {}, {}, {}
 for i = 6 + 3 * s, #ARGV, 2 do
   local h1, h2 = dedup_hashes(ARGV[i + 1])
-  if not h1 then return dedup_bad_fingerprint(ARGV[i + 1]) end
+  if not h1 then dedup_bad_fingerprint(ARGV[i + 1]) end
   groups[#groups + 1] = (tonumber(ARGV[i]) - 1) * size + 1
   h1s[#h1s + 1], h2s[#h2s + 1] = h1, h2
 end

@@ -1,3 +1,4 @@
+-- include: prelude, layers
 -- Membership test in scalable Bloom filters that records nothing.
 -- KEYS: one group of keys per filter (layers.lua: its record, then one key per layer sent).
 -- ARGV[1]: fingerprint (hex), ARGV[2]: the number of layers a filter may have,
@@ -5,7 +6,7 @@
 -- Returns the 1-based index of the first filter holding the fingerprint, or 0,
 -- or <= -11 (more of the schedule needed).
 local h1, h2 = dedup_hashes(ARGV[1])
-if not h1 then return dedup_bad_fingerprint(ARGV[1]) end
+if not h1 then dedup_bad_fingerprint(ARGV[1]) end
 local sched = dedup_schedule(3, #ARGV)
 local size = #sched + 1
 for b = 1, #KEYS / size do

@@ -1,3 +1,4 @@
+-- include: prelude
 -- Stamps. A filter's parameter record (K:meta) may live on another cluster node
 -- than its data, so each slot that holds data also holds a stamp: a string key
 -- in the same hash tag naming the parameters the data there was written with.
@@ -5,12 +6,6 @@
 -- missing, in the same atomic call, so data never exists without a record of
 -- what it means (after a clear() by another worker, FLUSHALL, or a lost K:meta,
 -- the next open() finds the stamps and recreates K:meta from them).
-local rcall = redis.call
-
-local function dedup_fail(message)
-  error({ err = 'ERR dedup: ' .. message })
-end
-
 local function dedup_stamp(key, want)
   local have = rcall('GET', key)
   if have == want then return end
@@ -18,7 +13,7 @@ local function dedup_stamp(key, want)
     rcall('SET', key, want)
     return
   end
-  dedup_fail('stamp ' .. key .. ' says the data beside it was written as ' .. have
+  dedup_fail('STAMP', 'stamp ' .. key .. ' says the data beside it was written as ' .. have
     .. ', this filter is ' .. want)
 end
 
@@ -31,7 +26,7 @@ local function dedup_check_stamps(size, want)
   for g = 1, #KEYS, size do
     local have = rcall('GET', KEYS[g])
     if have and have ~= want then
-      dedup_fail('stamp ' .. KEYS[g] .. ' says the data beside it was written as ' .. have
+      dedup_fail('STAMP', 'stamp ' .. KEYS[g] .. ' says the data beside it was written as ' .. have
         .. ', this filter is ' .. want)
     end
   end
@@ -45,7 +40,7 @@ local function dedup_check_bitmap(key, m)
   local len = rcall('STRLEN', key)
   local want = (m + 7 - (m + 7) % 8) / 8
   if len ~= 0 and len ~= want then
-    dedup_fail('Bloom bitmap ' .. key .. ' holds ' .. len .. ' bytes, not ' .. want
+    dedup_fail('BITMAP', 'Bloom bitmap ' .. key .. ' holds ' .. len .. ' bytes, not ' .. want
       .. ': it was truncated or overwritten, so it no longer holds what was recorded')
   end
   return len

@@ -1,0 +1,282 @@
+"""The batch path's bookkeeping: many fingerprints checked and recorded in one round
+trip per master (:func:`check`), what each one's outcome is, and the requests a batch
+admitted before the scheduler asks about them (:class:`Admitted`).
+
+``BatchDedupMiddleware`` drives it through the dupefilter: ``prepare_batch`` on the
+reactor thread, ``check_batch`` in a thread, ``account`` on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import FailedCall
+from .connection import failure_text
+from .exceptions import DedupBackendError
+from .failures import FAILURES, ErrorPolicy, is_transient, translate
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.statscollectors import StatsCollector
+
+    from .backends.base import DedupBackend
+    from .local_cache import KnownFingerprints
+
+#: What a batch found for each fingerprint (:attr:`BatchResult.outcomes`).
+SEEN = "seen"  # a duplicate: dropped
+NEW = "new"  # recorded by the batch: admitted
+AMBIGUOUS = "ambiguous"  # a retry after a failed call said "seen", maybe the failed
+#                          call's own write: counts as new, admitted
+UNCHECKED = "unchecked"  # Redis failed: let through unrecorded (DEDUP_ON_ERROR='allow')
+DEFERRED = "deferred"  # the server refused its call, which wrote nothing: passed on
+#                        unadmitted, so the scheduler checks it as without the batch
+FAILED = "failed"  # Redis failed (DEDUP_ON_ERROR='raise'): dropped, and ``failure``
+#                    raised once the others are passed on
+
+
+@dataclass
+class Batch:
+    """Requests to check together: their fingerprints and expiries, and which of them
+    the local cache knows are recorded (those are not sent)."""
+
+    requests: Sequence[Request]
+    fingerprints: list[str]
+    expires: list[float | None]
+    known: list[bool]
+
+
+@dataclass
+class BatchResult:
+    """What one batch check-and-add found: an outcome per fingerprint; ``error``, the
+    failure behind UNCHECKED ones; ``refused``, the refusal behind DEFERRED ones;
+    ``failure``, what to raise for FAILED ones."""
+
+    outcomes: list[str]
+    retries: int = 0
+    error: Exception | None = None
+    refused: Exception | None = None
+    failure: Exception | None = None
+
+    @property
+    def seen(self) -> list[bool]:
+        return [outcome == SEEN for outcome in self.outcomes]
+
+
+class Admitted:
+    """Fingerprints a batch checked and recorded as new, each with how many of its
+    requests were let through: the dupefilter answers "new" that many times without a
+    round trip, whatever object carries the fingerprint (a ``replace()`` copy made after
+    the batch is admitted as its original was)."""
+
+    def __init__(self) -> None:
+        self._left: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._left)
+
+    def admit(self, fp: str) -> None:
+        self._left[fp] = self._left.get(fp, 0) + 1
+
+    def claim(self, fp: str) -> bool:
+        """Whether a batch admitted ``fp`` (once more): then the admission is used."""
+        left = self._left.get(fp)
+        if left is None:
+            return False
+        if left > 1:
+            self._left[fp] = left - 1
+        else:
+            del self._left[fp]
+        return True
+
+    def take_unclaimed(self) -> int:
+        """How many admissions were never claimed; forgets them."""
+        count = sum(self._left.values())
+        self._left.clear()
+        return count
+
+
+def check(
+    backend: DedupBackend,
+    policy: ErrorPolicy,
+    fingerprints: Sequence[str],
+    expires: Sequence[float | None] | None = None,
+    patience: float = 0.0,
+) -> BatchResult:
+    """Check and record many fingerprints in one round trip per master.
+
+    What a call could not answer: if the server refused the call, it wrote nothing,
+    and its fingerprints are DEFERRED to the scheduler's per-request check; if the call
+    failed on the way (it may have run), they are tried again for ``patience`` seconds
+    (DEDUP_BATCH_OUTAGE_WAIT), and a "seen" then is not trusted (AMBIGUOUS); past that,
+    DEDUP_ON_ERROR applies to them as the per-request path applies it to one request.
+    Blocking and touching no stats: safe to run in a thread."""
+    count = len(fingerprints)
+    each = list(expires) if expires is not None else [None] * count
+    result = BatchResult([NEW] * count)
+    failed = policy.failed_while_closing
+    if failed is not None and policy.closing():
+        return _give_up(backend, policy, result, range(count), failed)  # no call, no wait
+    try:
+        if not backend.opened:  # after clear(), say: opened again under the policy
+            backend.open()
+        answers, failures = backend.try_check_and_add_many(fingerprints, each)
+    except FAILURES as exc:
+        answers, failures = [None] * count, [FailedCall(list(range(count)), exc)]
+    for i, seen in enumerate(answers):
+        if seen:
+            result.outcomes[i] = SEEN
+    retry: list[int] = []
+    error: Exception | None = None
+    for call in failures:
+        if not isinstance(call.error, FAILURES):
+            raise call.error
+        if is_transient(call.error):
+            retry += call.indices
+            error = error or call.error
+            continue
+        result.refused = translate(call.error, backend, fingerprints[call.indices[0]])
+        for i in call.indices:
+            result.outcomes[i] = DEFERRED
+    if error is None:
+        return result
+    retry.sort()
+    again_fps = [fingerprints[i] for i in retry]
+    again_expires = [each[i] for i in retry]
+    try:
+        again, result.retries, error = policy.retry(
+            lambda: backend.check_and_add_many(again_fps, again_expires), error, patience
+        )
+    except FAILURES as exc:  # refused on a retry, after a call that may have run
+        result.failure = translate(exc, backend, again_fps[0])
+        for i in retry:
+            result.outcomes[i] = FAILED
+        return result
+    if again is not None:
+        for i, seen in zip(retry, again):
+            result.outcomes[i] = AMBIGUOUS if seen else NEW
+        return result
+    if policy.closing():
+        policy.failed_while_closing = error
+    return _give_up(backend, policy, result, retry, error)
+
+
+def _give_up(
+    backend: DedupBackend,
+    policy: ErrorPolicy,
+    result: BatchResult,
+    indices: Iterable[int],
+    error: Exception,
+) -> BatchResult:
+    """Fingerprints Redis could not check: let through or failed (DEDUP_ON_ERROR)."""
+    indices = list(indices)
+    if policy.raises:
+        result.failure = DedupBackendError(
+            f"Redis failed while checking a batch of {len(indices)} request(s) against "
+            f"the {backend.name} dupefilter at {backend.key!r}, also after "
+            f"{policy.retries} retries: {failure_text(error)}"
+        )
+        result.failure.__cause__ = error
+        outcome = FAILED
+    else:
+        result.error = error
+        outcome = UNCHECKED
+    for i in indices:
+        result.outcomes[i] = outcome
+    return result
+
+
+def check_batch(
+    backend: DedupBackend, policy: ErrorPolicy, batch: Batch, patience: float = 0.0
+) -> BatchResult:
+    """:func:`check` for the fingerprints of ``batch`` the local cache does not know
+    (those it knows answer "seen")."""
+    if not any(batch.known):
+        return check(backend, policy, batch.fingerprints, batch.expires, patience)
+    todo = [i for i, known in enumerate(batch.known) if not known]
+    if not todo:
+        return BatchResult([SEEN] * len(batch.known))
+    sent = check(
+        backend,
+        policy,
+        [batch.fingerprints[i] for i in todo],
+        [batch.expires[i] for i in todo],
+        patience,
+    )
+    outcomes = [SEEN] * len(batch.known)
+    for j, i in enumerate(todo):
+        outcomes[i] = sent.outcomes[j]
+    sent.outcomes = outcomes
+    return sent
+
+
+def count_stats(stats: StatsCollector | None, batch: Batch, result: BatchResult) -> None:
+    """A batch's stats, as the per-request path counts them (``dedup/filtered`` apart)."""
+    if stats is None:
+        return
+    tally = {outcome: result.outcomes.count(outcome) for outcome in set(result.outcomes)}
+    stats.inc_value("dedup/batches")
+    stats.inc_value("dedup/batched", len(batch.requests))
+    if result.retries:
+        stats.inc_value("dedup/retries", result.retries)
+    failed = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
+    if failed:
+        stats.inc_value("dedup/errors", failed)
+    for outcome, name in (
+        (NEW, "dedup/added"),
+        (AMBIGUOUS, "dedup/ambiguous"),
+        (DEFERRED, "dedup/batch_deferred"),
+    ):
+        if tally.get(outcome):
+            stats.inc_value(name, tally[outcome])
+
+
+def warn(logger: logging.Logger, result: BatchResult) -> None:
+    """Say what a batch let through unchecked, or left to the scheduler's own check."""
+    unchecked = result.outcomes.count(UNCHECKED)
+    if unchecked:
+        logger.warning(
+            "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
+            "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
+            {"count": unchecked, "error": failure_text(result.error)},
+        )
+    deferred = result.outcomes.count(DEFERRED)
+    if deferred:
+        logger.warning(
+            "Redis refused a batch call for %(count)d request(s) (%(error)s); it wrote "
+            "nothing, and the scheduler checks each of them as without the batch",
+            {"count": deferred, "error": result.refused},
+        )
+
+
+def sort_out(
+    batch: Batch,
+    result: BatchResult,
+    known: KnownFingerprints | None,
+    admitted: Admitted,
+) -> tuple[list[Request], list[Request], int]:
+    """Admit a batch's new requests and learn what it found: returns the requests to
+    pass on (the new ones, and the DEFERRED ones that the scheduler checks one by one),
+    the duplicates, and how many of those the local cache answered."""
+    passed: list[Any] = []
+    duplicates: list[Any] = []
+    cached = 0
+    for request, fp, outcome, was_known in zip(
+        batch.requests, batch.fingerprints, result.outcomes, batch.known
+    ):
+        if outcome == SEEN:
+            cached += was_known
+            if known is not None:
+                known.add(fp)
+            duplicates.append(request)
+            continue
+        if outcome == FAILED:
+            continue
+        if outcome != DEFERRED:
+            if known is not None and outcome != UNCHECKED:
+                known.add(fp)
+            admitted.admit(fp)
+        passed.append(request)
+    return passed, duplicates, cached

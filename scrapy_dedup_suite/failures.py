@@ -1,0 +1,219 @@
+"""What a failed Redis call means, decided in one place by its error code.
+
+A server's error reply starts with a code (``OOM``, ``BUSY``, ``WRONGTYPE``, ``ERR``);
+redis-py turns the codes it knows into exception classes. The package's own scripts
+fail with ``ERR dedup:<CODE> <message>`` (``lua/prelude.lua``, ``dedup_fail``).
+:func:`code_of` reads the code of any failure, :func:`is_transient` says whether
+DEDUP_ON_ERROR applies to it, :func:`translate` gives the package's exception, and
+:class:`ErrorPolicy` retries. Nothing here, or anywhere in the package, decides by
+the words of a message.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import scripts
+from .exceptions import (
+    DedupBackendError,
+    DedupConfigError,
+    DedupError,
+    InvalidFingerprintError,
+    WrongKeyTypeError,
+)
+
+if TYPE_CHECKING:
+    from .backends.base import DedupBackend
+
+T = TypeVar("T")
+
+#: Redis failures that follow DEDUP_ON_ERROR (connection lost, timeout, server
+#: loading or failing over, a cluster down, resharding or unreachable, full memory);
+#: anything else is a misconfigured or damaged filter and is raised.
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    ClusterError,  # CLUSTERDOWN, MASTERDOWN, redirections exhausted
+    TryAgainError,
+    SlotNotCoveredError,
+    RedisClusterException,  # no node of the cluster reachable
+    BusyLoadingError,  # LOADING
+    OutOfMemoryError,  # OOM: full memory under noeviction
+)
+
+#: Error codes redis-py has no class for that mean "not now" rather than "wrong": a
+#: long script running, too few replicas acknowledged.
+TRANSIENT_CODES = frozenset({"BUSY", "NOREPLICAS"})
+
+#: What a failed dedup call raises (RedisClusterException is not a RedisError).
+FAILURES = (RedisError, RedisClusterException, DedupBackendError)
+
+#: The codes the package's scripts fail with (see ``lua/prelude.lua``).
+SCRIPT_CODES = frozenset(
+    {"FINGERPRINT", "WRONGTYPE", "STAMP", "BITMAP", "LAYERS", "FIELD", "FULL", "REFUSED"}
+)
+
+#: The codes behind redis-py's classes, for a redis-py that does not keep them
+#: (``status_code`` is redis-py >= 6).
+_CLASS_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (OutOfMemoryError, "OOM"),
+    (BusyLoadingError, "LOADING"),
+    (ReadOnlyError, "READONLY"),
+    (TryAgainError, "TRYAGAIN"),
+    (AskError, "ASK"),
+)
+
+#: What a server appends to the error of a script: its SHA and line.
+_SCRIPT_PLACE = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
+
+
+@dataclass(frozen=True)
+class ScriptFailure:
+    """A script of this package refused its call (``dedup_fail``): before writing."""
+
+    code: str
+    message: str
+
+
+def script_failure(exc: BaseException) -> ScriptFailure | None:
+    """The code and message of ``exc`` if a script of this package failed with it."""
+    if not isinstance(exc, ResponseError):
+        return None
+    text = str(exc)
+    if text.startswith("ERR "):  # a client that keeps the code in the message
+        text = text[4:]
+    if not text.startswith("dedup:"):
+        return None
+    code, _, message = text[len("dedup:") :].partition(" ")
+    if code not in SCRIPT_CODES:
+        return None
+    return ScriptFailure(code, _SCRIPT_PLACE.sub("", message))
+
+
+def code_of(exc: BaseException) -> str:
+    """The error code of a failed call: the server's (``OOM``, ``BUSY``, ``WRONGTYPE``,
+    ``ERR``...), ``dedup:<CODE>`` for the package's scripts, "" when the server did
+    not answer with an error (a broken connection, say)."""
+    failure = script_failure(exc)
+    if failure is not None:
+        return f"dedup:{failure.code}"
+    if not isinstance(exc, ResponseError):
+        return ""
+    status = getattr(exc, "status_code", None)
+    if status:
+        return str(status)
+    for cls, code in _CLASS_CODES:
+        if isinstance(exc, cls):
+            return code
+    # A code redis-py has no entry for stays at the head of the message.
+    first = str(exc).partition(" ")[0]
+    return first if first.isalpha() and first.isupper() else "ERR"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed call follows DEDUP_ON_ERROR: the server could not be reached
+    or refused for now (full memory, busy script, cluster down, read only, too few
+    replicas), as opposed to a filter that is misconfigured or damaged."""
+    return isinstance(exc, TRANSIENT) or code_of(exc) in TRANSIENT_CODES
+
+
+def cluster_node_error(exc: Exception) -> DedupConfigError:
+    """The error for a plain client that was redirected (MOVED/ASK) by a cluster node."""
+    return DedupConfigError(
+        f"Redis answered {str(exc).splitlines()[0]!r}: REDIS_URL points at a node of a Redis "
+        "Cluster. Set DEDUP_REDIS_CLUSTER = True so that the dupefilter uses a cluster client."
+    )
+
+
+def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupError:
+    """The package's exception for a call of ``backend`` that failed for good (not
+    transient) while checking ``fingerprint``."""
+    if isinstance(exc, DedupError):
+        return exc
+    if isinstance(exc, AskError):
+        return cluster_node_error(exc)
+    code = code_of(exc)
+    if code in ("WRONGTYPE", "dedup:WRONGTYPE"):
+        # Find out which key, and report it exactly.
+        try:
+            backend.check_types(backend.expected_types())
+        except WrongKeyTypeError as precise:
+            return precise
+    if code == "dedup:FINGERPRINT":
+        return InvalidFingerprintError(
+            f"fingerprint {fingerprint!r} is not a hex digest of at least 16 bytes, which the "
+            f"{backend.name} backend needs"
+        )
+    failure = script_failure(exc)
+    said = failure.message if failure is not None else scripts.explain(str(exc))
+    return DedupBackendError(f"Redis refused a {backend.name} dupefilter call: {said}")
+
+
+def _never() -> bool:
+    return False
+
+
+class ErrorPolicy:
+    """DEDUP_ON_ERROR and DEDUP_ERROR_RETRIES, and whether the crawl is closing (then a
+    call that waits out an outage stops waiting)."""
+
+    def __init__(self, on_error: str, retries: int) -> None:
+        self.on_error = on_error
+        self.retries = retries
+        #: Whether the crawl is closing (BatchDedupMiddleware sets it).
+        self.closing: Callable[[], bool] = _never
+        #: The failure of a batch that gave up while closing: the next give up at once.
+        self.failed_while_closing: Exception | None = None
+
+    @property
+    def raises(self) -> bool:
+        return self.on_error == "raise"
+
+    def retry(
+        self, attempt: Callable[[], T], error: Exception, patience: float = 0.0
+    ) -> tuple[T | None, int, Exception]:
+        """After ``error``, a transient failure: with DEDUP_ON_ERROR='raise', call
+        ``attempt`` again at once (the reactor must not sleep), up to
+        DEDUP_ERROR_RETRIES times; then, for ``patience`` seconds (a batch in its own
+        thread only), again after growing pauses. Returns its answer (None if every
+        retry failed, or none was made), the retries made and the last error. A
+        failure that is not transient is raised as it came. Touches no stats (the
+        batch path runs it in a thread)."""
+        at_once = self.retries if self.raises else 0
+        deadline = time.monotonic() + patience
+        pause = 0.05
+        retries = 0
+        while True:
+            if retries >= at_once:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closing():  # closing: a pause (1 s at most) ends it
+                    return None, retries, error
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, 1.0)
+            retries += 1
+            try:
+                return attempt(), retries, error
+            except FAILURES as exc:
+                if not is_transient(exc):
+                    raise
+                error = exc
