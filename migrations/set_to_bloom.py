@@ -40,7 +40,7 @@ from scrapy_dedup_suite.backends import (
     NativeBloomBackend,
     WindowedBloomBackend,
 )
-from scrapy_dedup_suite.backends.base import BULK_TARGET, as_str, chunks, migration_state_key
+from scrapy_dedup_suite.backends.base import as_str, chunks, migration_state_key
 from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
 
@@ -120,12 +120,12 @@ class SetToBloom:
         # bulk into a first layer sized for the set: see _size_first_layer).
         # A Bloom target takes bits in bulk (BULK_TARGET); any other (hash) is written
         # through its own check-and-add.
-        self.bulk = BULK_TARGET in target.capabilities
+        self.bulk = target.capabilities.bulk_bits
         self.mode = self._default_mode()
         self.writer: Writer | None = None
         #: The members the target can hold (Bloom backends hash hex digests only).
         self.accepts: Callable[[str], bool] = (
-            is_hex_fingerprint if target.needs_hex else (lambda member: True)
+            is_hex_fingerprint if target.capabilities.hex_fingerprints else (lambda member: True)
         )
 
     def _default_mode(self) -> str:
@@ -159,7 +159,7 @@ class SetToBloom:
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
         if not self.bulk:
-            if self.target.is_bloom:  # the server's own Bloom filters: through BF.INSERT
+            if self.target.capabilities.probabilistic:  # the server's own Bloom filters
                 return self._native_plan(members, source_memory, exists)
             return self._exact_plan(members, source_memory, exists)
         # Where the bits go (a time bucket's label, or "") and what is there already.
@@ -218,7 +218,7 @@ class SetToBloom:
             items_already=already,
             resulting_error_rate=0.0,
             new_members=members,
-            expire=float(getattr(self.target, "expire", 0.0)),
+            expire=self.target.expire if self.target.capabilities.expiring_fingerprints else 0.0,
         )
 
     def _native_plan(self, members: int, source_memory: int, exists: bool) -> Plan:

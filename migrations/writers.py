@@ -2,7 +2,7 @@
 
 - :class:`BitsWriter` (``bulk``): a round of members hashed with numpy into a local
   bitmap per block, uploaded beside the block and OR-ed in with one Lua call
-  (lua/merge_or.lua); for a Bloom target (``BULK_TARGET``) the migration sizes.
+  (lua/merge_or.lua); for a Bloom target (``capabilities.bulk_bits``) the migration sizes.
 - :class:`LayeredBitsWriter` (``bulk-layered``): the same into the first layer of a
   scalable filter the migration creates (sized for the whole set), adding each
   block's count to its layer record once per round.

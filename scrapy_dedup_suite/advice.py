@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backends import MIGRATION_TARGETS, find_other_filters
+from .backends import MIGRATION_SOURCE, MIGRATION_TARGETS, find_other_filters
 
 
 def other_filters_warning(
@@ -19,7 +19,7 @@ def other_filters_warning(
         return None
     advice = []
     for name, _key, _what in found:
-        if name == "set" and chosen in MIGRATION_TARGETS:
+        if name == MIGRATION_SOURCE and chosen in MIGRATION_TARGETS:
             advice.append(
                 f"convert the set with `scrapy migrate-set-to-bloom --spider {spider} --to "
                 f"{chosen}`, or set DEDUP_BACKEND = 'set' to go on with it"

@@ -388,6 +388,18 @@ def sentinel_client(options: SentinelOptions, params: dict[str, Any]) -> Any:
         ) from exc
 
 
+def _answered(exc: BaseException) -> bool:
+    """Whether a server's error reply is among the causes of ``exc``."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ResponseError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> Any:
     from redis.cluster import RedisCluster
 
@@ -417,8 +429,8 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
         ) from exc
     except RedisClusterException as exc:
         # A node that answered CLUSTER SLOTS with an error is no cluster node (redis-py
-        # raises this from its ResponseError); anything else could not be reached.
-        if not isinstance(exc.__context__, ResponseError):
+        # raises this while handling that ResponseError); else none could be reached.
+        if not _answered(exc):
             raise DedupConfigError(
                 f"Cannot reach the Redis Cluster at {where} ({exc}). A cluster client reads the "
                 "slot map when it is built, so a node must answer at start-up."

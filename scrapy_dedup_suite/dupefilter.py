@@ -23,7 +23,6 @@ from .backends import (  # noqa: F401 - dupefilter_key re-exported
     dupefilter_key,
     other_filters,
 )
-from .backends.base import STABLE_ANSWERS
 from .batch import (  # noqa: F401 - re-exported: the batch API's types and outcomes
     AMBIGUOUS,
     DEFERRED,
@@ -112,14 +111,14 @@ class RFPDupeFilter(BaseDupeFilter):
         #: open when this filter is empty, to warn of a silent full re-crawl).
         self.others: dict[str, str] = {}
         self.spider_name = ""
-        self._uses_expire = backend.uses_expire
+        self._uses_expire = backend.capabilities.expiring_fingerprints
         #: When a crawl has run longer than the filter's expiry (DEDUP_EXPIRE), pages
         #: it saw first are new again: said once. Injectable clock.
         self.clock: Callable[[], float] = time.monotonic
         self._age_limit = math.inf
         self._bad_expire_logged = False
         self._filtered_stats = ["dupefilter/filtered", "dedup/filtered"]
-        if backend.is_bloom:
+        if backend.capabilities.probabilistic:
             self._filtered_stats.append("bloomfilter/filtered")
         self.fingerprint = fingerprint or scrapy_redis_fingerprint
         # A subclass that overrides request_fingerprint() (as scrapy-redis's
@@ -132,7 +131,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.admitted = batch.Admitted()
         self.known: KnownFingerprints | None = None
         local_cache = check_local_cache(local_cache)
-        if local_cache and STABLE_ANSWERS in backend.capabilities:
+        if local_cache and backend.capabilities.stable_answers:
             self.known = KnownFingerprints(local_cache)
         elif local_cache:
             self.logger.warning(
@@ -191,7 +190,9 @@ class RFPDupeFilter(BaseDupeFilter):
         backend = build_backend(settings, spider_name or "", server=server, key=key)
         df = cls(
             backend,
-            fingerprint=get_fingerprinter(options.fingerprinter, crawler, uniform=backend.is_bloom),
+            fingerprint=get_fingerprinter(
+                options.fingerprinter, crawler, uniform=backend.capabilities.probabilistic
+            ),
             debug=options.debug,
             stats=crawler.stats if crawler is not None else None,
             on_error=options.on_error,
@@ -241,7 +242,7 @@ class RFPDupeFilter(BaseDupeFilter):
                 if warning is not None:
                     self.logger.warning(warning)
             if self._uses_expire:
-                self._age_limit = self.clock() + float(getattr(backend, "expire", math.inf))
+                self._age_limit = self.clock() + backend.expire
         except UNREACHABLE as exc:
             raise unreachable(
                 backend.server,
@@ -303,7 +304,7 @@ class RFPDupeFilter(BaseDupeFilter):
             expire = self._expire(request)
             if self.clock() > self._age_limit:
                 self._age_limit = math.inf  # said once
-                self.logger.warning(advice.age_warning(float(getattr(self.backend, "expire", 0))))
+                self.logger.warning(advice.age_warning(self.backend.expire))
         backend = self.backend
         try:
             if not backend.opened:

@@ -40,12 +40,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from . import config, scripts
-from .backends import DedupBackend
+from .backends import DedupBackend, admission
 from .backends.base import (
-    COUNT,
-    PURGE_EXPIRED,
-    REPORT_FILL,
-    RESTORE_EXPIRY,
     as_str,
     janitor_lock_key,
     janitor_state_key,
@@ -178,7 +174,7 @@ class Janitor:
             report.skipped = True
             return report
         try:
-            warning = self.backend.eviction_warning()
+            warning = admission.eviction_warning(self.backend)
             if warning is not None:
                 report.warnings.append(warning)
             if not self.backend.verify():
@@ -200,23 +196,24 @@ class Janitor:
         note = backend.janitor_note()
         if note is not None:
             report.notes.append(note)
-        if RESTORE_EXPIRY in capabilities:
+        if capabilities.restore_expiry:
             report.restored_expiry = backend.restore_expiry()
             if report.restored_expiry:
                 report.warnings.append(
                     f"{len(report.restored_expiry)} key(s) of {backend.key!r} had lost their "
                     "expiry; restored: " + ", ".join(report.restored_expiry)
                 )
-        if PURGE_EXPIRED in capabilities:
+        purge = backend.purge_keys() if capabilities.purge_expired else []
+        if purge:  # (none where the server expires a hash filter's fields itself)
             report.purged = True
-            self._purge(backend.purge_keys(), report)
-        if REPORT_FILL in capabilities:
+            self._purge(purge, report)
+        if capabilities.report_fill:
             for fill in backend.filter_reports():
                 report.filters.append(
                     {k: v for k, v in fill.items() if k not in ("over_capacity", "error_rate")}
                 )
                 _capacity_warning(report, fill)
-        if COUNT in capabilities:
+        if capabilities.count:
             report.remaining = backend.count()
 
     # -- one pass at a time ---------------------------------------------------------------
@@ -407,7 +404,8 @@ class JanitorExtension:
 
         settings = self.crawler.settings
         backend = build_backend(settings, spider.name)
-        if not {PURGE_EXPIRED, REPORT_FILL, RESTORE_EXPIRY} & backend.capabilities:
+        can = backend.capabilities
+        if not (can.purge_expired or can.report_fill or can.restore_expiry):
             logger.info(
                 "Janitor: nothing to do for the %s dupefilter (no expiry to purge or "
                 "restore, no fill to report): no passes scheduled",

@@ -9,7 +9,7 @@ from collections import OrderedDict
 class KnownFingerprints:
     """A bounded set of fingerprints this process knows are recorded (least recently
     used dropped first), for backends whose answer never turns from seen back to new
-    (``STABLE_ANSWERS``). Used on the reactor thread only."""
+    (``capabilities.stable_answers``). Used on the reactor thread only."""
 
     def __init__(self, size: int) -> None:
         self.size = size

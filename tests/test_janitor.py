@@ -113,11 +113,11 @@ def test_stop_resumes_in_the_next_pass(server):
 def test_a_custom_backend_gets_what_it_declares(server):
     """The janitor chooses by the capabilities a backend declares, not by its class."""
     from scrapy_dedup_suite.backends import SetBackend
-    from scrapy_dedup_suite.backends.base import COUNT, REPORT_FILL
+    from scrapy_dedup_suite.backends.capabilities import Capabilities
 
     class Audited(SetBackend):
         name = "audited"
-        capabilities = frozenset({COUNT, REPORT_FILL})
+        capabilities = Capabilities(count=True, report_fill=True)
 
         def filter_reports(self):
             n = self.count()
@@ -142,8 +142,18 @@ def test_a_custom_backend_gets_what_it_declares(server):
     assert any("past its capacity of 100" in w for w in report.warnings)
     # Declaring nothing, a backend gets the lock and the report, and nothing else.
     plain = SetBackend(server, "t:audited")
-    plain.capabilities = frozenset()
+    plain.capabilities = Capabilities()  # type: ignore[misc]
     assert Janitor(plain).run_pass().remaining == 0
+
+
+def test_a_backend_that_declares_a_capability_defines_its_methods():
+    from scrapy_dedup_suite.backends import SetBackend
+    from scrapy_dedup_suite.backends.capabilities import Capabilities
+
+    with pytest.raises(TypeError, match="Unfinished declares report_fill but does not define"):
+
+        class Unfinished(SetBackend):
+            capabilities = Capabilities(report_fill=True)
 
 
 @pytest.mark.parametrize(

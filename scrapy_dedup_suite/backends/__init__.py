@@ -32,7 +32,9 @@ BACKENDS: dict[str, type[DedupBackend]] = {
     )
 }
 
-#: The backends ``scrapy migrate-set-to-bloom --to`` converts a scrapy-redis set into.
+#: The backend whose data ``scrapy migrate-set-to-bloom`` converts (scrapy-redis's set),
+#: and the backends it converts it into (``--to``).
+MIGRATION_SOURCE = "set"
 MIGRATION_TARGETS = ("bloom", "windowed-bloom", "hash", "native-bloom", "windowed-native-bloom")
 
 
@@ -100,7 +102,7 @@ def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, s
     set, or a filter's parameter record, found there."""
     found = []
     for name, key in others.items():
-        if name == "set":
+        if name == MIGRATION_SOURCE:
             if as_str(server.type(key)) == "set":
                 count = int(server.scard(key))
                 found.append((name, key, f"{key!r} is a scrapy-redis fingerprint set of {count:,}"))
@@ -137,6 +139,7 @@ def build_backend(
 
 __all__ = [
     "BACKENDS",
+    "MIGRATION_SOURCE",
     "MIGRATION_TARGETS",
     "BloomBackend",
     "DedupBackend",

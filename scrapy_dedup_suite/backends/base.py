@@ -5,70 +5,44 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from redis.crc import key_slot
-from redis.exceptions import AskError, NoScriptError, ResponseError
+from redis.exceptions import AskError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..connection import is_cluster, masters, nodes_of
+from ..connection import is_cluster, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
-from ..failures import cluster_node_error, code_of
+from ..failures import cluster_node_error
+from . import admission, calls, record
+from .calls import FailedCall, one_call
+from .capabilities import METHODS, Capabilities
+from .keys import (  # noqa: F401 - the key schema, re-exported for the backends
+    BATCH,
+    NATIVE_BLOOM_TYPE,
+    TYPE_NAMES,
+    as_str,
+    check_types,
+    chunks,
+    janitor_lock_key,
+    janitor_state_key,
+    memory_usage,
+    migration_state_key,
+    slot_of,
+    slot_sibling,
+)
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
-
-#: Fingerprints sent to Redis per pipeline in the batched operations.
-BATCH = 1000
 
 #: Bumped when the layout of the stored data changes incompatibly.
 LAYOUT_VERSION = "1"
 
 
-def janitor_state_key(key: str) -> str:
-    """Where the janitor keeps its progress for the filter at ``key``."""
-    return f"{key}:janitor"
-
-
-def janitor_lock_key(key: str) -> str:
-    """The lock that lets one janitor pass run at a time on ``key``."""
-    return f"{key}:janitor:lock"
-
-
-def as_str(value: Any) -> str:
-    """Redis replies are bytes unless the client decodes them."""
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
-    batch: list[str] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-#: The type of the server's own Bloom filters as TYPE names it: RedisBloom (Redis 8,
-#: Redis Stack) and valkey-bloom. An expected type may list alternatives with '|'.
-NATIVE_BLOOM_TYPE = "MBbloom--|bloomfltr"
-#: How an expected type reads in messages.
-TYPE_NAMES = {NATIVE_BLOOM_TYPE: "Bloom filter (BF.*)"}
-
-
-def type_ok(found: str, expected: str) -> bool:
-    """Whether TYPE's answer ``found`` is ``expected`` (one of its '|' alternatives) or none."""
-    return found == "none" or found in expected.split("|")
-
-
 def filter_report_of(info: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
-    """REPORT_FILL's report of a one-filter backend from its ``info()``."""
+    """The fill report (report_fill) of a one-filter backend from its ``info()``."""
     keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
     return {
         **{k: info[k] for k in keep},
@@ -76,157 +50,6 @@ def filter_report_of(info: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
         "error_rate": info["error_rate"],
         **extra,
     }
-
-
-def migration_state_key(key: str) -> str:
-    """Where ``scrapy migrate-set-to-bloom`` keeps its progress for the filter at ``key``."""
-    return f"{key}:migration"
-
-
-def slot_of(key: str) -> int:
-    return key_slot(key.encode("utf-8"))
-
-
-def slot_sibling(key: str, suffix: str) -> str:
-    """A key in the same cluster slot as ``key``: ``key + suffix`` when ``key`` has a
-    hash tag, else ``{key}`` + suffix."""
-    sibling = key + suffix
-    if slot_of(sibling) != slot_of(key):
-        sibling = "{" + key + "}" + suffix
-    if slot_of(sibling) != slot_of(key):
-        raise DedupConfigError(
-            f"The Redis key {key!r} cannot have a companion key in its cluster slot; avoid "
-            "'{' and '}' in SCHEDULER_DUPEFILTER_KEY other than one hash tag such as '{spider}'"
-        )
-    return sibling
-
-
-#: The setting behind each field of a parameter record ...
-FIELD_SETTINGS = {
-    "capacity": "DEDUP_BLOOM_CAPACITY",
-    "error_rate": "DEDUP_BLOOM_ERROR_RATE",
-    "compound_error_rate": "DEDUP_BLOOM_ERROR_RATE",
-    "blocks": "DEDUP_BLOOM_BLOCKS",
-    "expansion": "DEDUP_BLOOM_EXPANSION",
-    "scaling": "DEDUP_BLOOM_SCALING",
-    "tightening": "DEDUP_BLOOM_TIGHTENING",
-    "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
-    "shards": "DEDUP_HASH_SHARDS",
-    "expiry": "DEDUP_HASH_FIELD_EXPIRY",
-    "window": "DEDUP_WINDOW",
-    "window_count": "DEDUP_WINDOW_COUNT",
-    "window_tz": "DEDUP_WINDOW_TZ",
-}
-#: ... and the command option that sets it too.
-FIELD_OPTIONS = {
-    "capacity": "--capacity of migrate-set-to-bloom",
-    "error_rate": "--error-rate",
-    "compound_error_rate": "--error-rate",
-}
-
-#: Record fields computed from others: a Bloom filter's bits and hashes follow from
-#: its capacity, error rate and blocks, which are what a user sets.
-DERIVED = {"block_bits": ("capacity", "error_rate", "blocks"), "hashes": ("capacity", "error_rate")}
-
-
-def set_by(field: str) -> str:
-    """The setting (and option) that sets a record field: 'DEDUP_BLOOM_CAPACITY, or ...'."""
-    option = FIELD_OPTIONS.get(field)
-    return FIELD_SETTINGS[field] + (f", or {option}" if option else "")
-
-
-def shown(value: str | None) -> str | None:
-    """A record's value as a user reads it: large whole numbers with separators."""
-    if value is not None and value.isdigit() and len(value) > 4:
-        return f"{int(value):,}"
-    return value
-
-
-def as_setting(field: str, value: str) -> str:
-    """A record's value written as the setting takes it, so that the advice "Set
-    NAME = VALUE" is itself accepted: DEDUP_WINDOW = 30 (stored "30s"), 'day'."""
-    if field == "window" and value.endswith("s") and value[:-1].isdigit():
-        return value[:-1]
-    if field == "expiry" and value in ("server", "janitor"):
-        return str(value == "server")
-    if field == "scaling" and value in ("0", "1"):
-        return str(value == "1")
-    try:
-        float(value)
-    except ValueError:
-        return repr(value)
-    return value
-
-
-def in_user_terms(
-    different: Sequence[str], stored: Mapping[str, str], wanted: Mapping[str, str]
-) -> list[str]:
-    """``different`` with derived fields replaced by the ones a user set, where
-    those differ too (else the derived ones stay: a change of scheme, say)."""
-    out: list[str] = []
-    for name in different:
-        sources = [f for f in DERIVED.get(name, ()) if stored.get(f) != wanted.get(f)]
-        if sources and all(f in stored for f in sources):
-            out += [f for f in sources if f not in out]
-        elif name not in out:
-            out.append(name)
-    if "compound_error_rate" in stored:
-        # A scalable filter: DEDUP_BLOOM_ERROR_RATE is its compound rate; the first
-        # layer's own rate follows from it.
-        out = ["compound_error_rate" if f == "error_rate" else f for f in out]
-        out = [f for i, f in enumerate(out) if f not in out[:i]]
-    return out
-
-
-@dataclass(frozen=True)
-class FailedCall:
-    """A call of a batch that failed: the indices of the fingerprints it carried."""
-
-    indices: list[int]
-    error: Exception
-
-
-def one_call(
-    call: Callable[[], list[bool]], fingerprints: Sequence[str]
-) -> tuple[list[bool | None], list[FailedCall]]:
-    """``try_check_and_add_many`` for a batch that is one call: all answered or all failed."""
-    try:
-        return list(call()), []
-    except Exception as exc:  # kept for the caller, as try_add_answers does
-        return [None] * len(fingerprints), [FailedCall(list(range(len(fingerprints))), exc)]
-
-
-@dataclass(frozen=True)
-class MetaSpec:
-    """A parameter record: its key, the fields to write, the fields that must match."""
-
-    key: str
-    fields: dict[str, str]
-    compare: tuple[str, ...]
-
-    @property
-    def stamp(self) -> str:
-        """The compared fields as one string: what each slot's stamp holds."""
-        return ";".join(
-            f"{name}={self.fields.get(name, '')}" for name in ("backend", *self.compare)
-        )
-
-    @staticmethod
-    def parse_stamp(stamp: str) -> dict[str, str]:
-        return dict(part.partition("=")[::2] for part in stamp.split(";"))
-
-
-#: What a backend can do beyond checking and recording, declared by each backend
-#: (``capabilities``) and used by the janitor, so a custom backend gets what it
-#: declares and nothing is chosen by its class or name.
-PURGE_EXPIRED = "purge-expired"  # fields expire and must be purged: purge_keys()
-REPORT_FILL = "report-fill"  # Bloom filters: filter_reports()
-RESTORE_EXPIRY = "restore-expiry"  # keys that must carry an expiry: restore_expiry()
-COUNT = "count"  # an exact number of entries: count()
-BULK_TARGET = "bulk-target"  # Bloom bits a migration may OR in: bulk_target(), bulk_fill()
-#: An answer never turns from "seen" back to "new" (until clear()): what a process
-#: learns may be kept in its local cache (DEDUP_LOCAL_CACHE).
-STABLE_ANSWERS = "stable-answers"
 
 
 class DedupBackend(ABC):
@@ -242,14 +65,19 @@ class DedupBackend(ABC):
 
     #: The name ``DEDUP_BACKEND`` selects this backend by.
     name: ClassVar[str] = ""
-    #: Whether duplicates also count in ``bloomfilter/filtered``.
-    is_bloom: ClassVar[bool] = False
-    #: Whether fingerprints must be hex digests (the Lua Bloom filters hash them so).
-    needs_hex: ClassVar[bool] = False
-    #: Whether :meth:`check_and_add` honours a per-request expiry.
-    uses_expire: ClassVar[bool] = False
-    #: What the janitor can do for this backend (see PURGE_EXPIRED and the others).
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    #: What the backend is and can do (see capabilities.py), declared by each class.
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: How long a fingerprint stays seen, in seconds (``expiring_fingerprints``).
+    expire: float = math.inf
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for capability in cls.capabilities.declared():
+            for method in METHODS.get(capability, ()):
+                if getattr(cls, method) is getattr(DedupBackend, method):
+                    raise TypeError(
+                        f"{cls.__name__} declares {capability} but does not define {method}()"
+                    )
 
     def __init__(self, server: Any, key: str) -> None:
         if not isinstance(key, str) or not key:
@@ -344,8 +172,8 @@ class DedupBackend(ABC):
         spec = self.meta_spec()
         if spec is not None:
             self._stamp = spec.stamp
-            self.check_stamps(found, spec)
-            self.init_meta(spec)
+            record.check_stamps(self, found, spec)
+            record.init_meta(self, spec)
         if is_cluster(self.server):
             if self.wait_replicas:
                 raise DedupConfigError(
@@ -353,7 +181,7 @@ class DedupBackend(ABC):
                     "or Sentinel), not to a Redis Cluster: remove it, or set "
                     "DEDUP_WAIT_REPLICAS = 0"
                 )
-            self.check_spread([k for k in found if spec is None or k != spec.key])
+            admission.check_spread(self, [k for k in found if spec is None or k != spec.key])
         # Registered once here, so the first request costs no NOSCRIPT round trip
         # (they are reloaded on NOSCRIPT after a flush, restart or failover).
         for script in {self.add_script, self.contains_script} - {None}:
@@ -374,97 +202,8 @@ class DedupBackend(ABC):
         self._opened = False
         self.open()
 
-    #: Whether some of this backend's keys carry an expiry (then a ``volatile-*``
-    #: eviction policy can delete them too).
-    keys_expire: ClassVar[bool] = False
-
-    def eviction_warning(self) -> str | None:
-        """What to tell the operator when the server's ``maxmemory-policy`` can evict
-        this filter's keys (at open, and in every janitor report), else None."""
-        policy = self.eviction_risk()
-        if policy is None:
-            return None
-        return (
-            f"the Redis server's maxmemory-policy is {policy!r}: when memory is full it may "
-            f"delete keys of the {self.name} dupefilter at {self.key!r}, and the requests they "
-            "recorded are crawled again. Use maxmemory-policy noeviction (or volatile-* for "
-            "backends without expiring keys) on the server that holds fingerprints"
-        )
-
-    def eviction_risk(self) -> str | None:
-        """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
-        for client in masters(self.server):
-            try:
-                policy = as_str(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
-            except ResponseError:  # CONFIG refused (ACL, renamed on a managed server)
-                return None
-            if policy.startswith("allkeys-") or (
-                policy.startswith("volatile-") and self.keys_expire
-            ):
-                return policy
-        return None
-
-    def check_server(self) -> None:
-        """Refuse a read-only replica; warn when the eviction policy can delete the filter."""
-        if not is_cluster(self.server):
-            try:
-                role = as_str(self.server.execute_command("ROLE")[0])
-            except ResponseError:
-                role = "master"
-            if role != "master":
-                raise DedupConfigError(
-                    f"The Redis server of the {self.name} dupefilter at {self.key!r} is a "
-                    f"read-only {role} (replica): every write would be refused. Point "
-                    "DEDUP_REDIS_URL (or REDIS_URL) at the primary."
-                )
-        warning = self.eviction_warning()
-        if warning is not None:
-            logger.warning("%s%s.", warning[0].upper(), warning[1:])
-
-    def check_room(self, needed: int, setting: str) -> None:
-        """Refuse to allocate ``needed`` bytes that the server cannot hold (its
-        ``maxmemory``, else its host's memory), before anything is written."""
-        try:
-            infos = [client.info("memory") for client in masters(self.server)]
-        except ResponseError:  # INFO refused (ACL)
-            return
-        room = 0
-        for info in infos:
-            limit = int(info.get("maxmemory", 0)) or int(info.get("total_system_memory", 0))
-            if not limit:
-                return
-            room += max(0, limit - int(info.get("used_memory", 0)))
-        if needed > room:
-            raise DedupConfigError(
-                f"The {self.name} filter at {self.key!r} needs {needed / 2**30:,.1f} GiB of "
-                f"Redis memory, and the server{'s' if len(infos) > 1 else ''} can hold "
-                f"{room / 2**30:,.1f} GiB more (maxmemory, or the host's memory). Nothing was "
-                f"allocated. Lower {setting} (or use a scalable filter, which grows as needed), "
-                "or give Redis more memory."
-            )
-
     #: The setting that says how many keys the data is split into (for advice).
     spread_setting: ClassVar[str] = ""
-
-    def check_spread(self, data_keys: Sequence[str]) -> None:
-        """On a cluster, warn when the data keys sit on fewer masters than they could."""
-        masters = len(self.server.get_primaries())
-        used = nodes_of(self.server, list(data_keys))
-        # Keys that share a hash tag (a block's buckets, say) must share a master.
-        slots = {self.server.keyslot(key) for key in data_keys}
-        if len(used) < min(len(slots), masters) and self.spread_setting:
-            logger.warning(
-                "The %s dupefilter at %r keeps its data in %d slot(s) on %d of the cluster's "
-                "%d masters. For an even spread set %s to a few times the number of masters "
-                "(e.g. %d) when the filter is created.",
-                self.name,
-                self.key,
-                len(slots),
-                len(used),
-                masters,
-                self.spread_setting,
-                4 * masters,
-            )
 
     def _before_writing(self, found: dict[str, str]) -> None:  # noqa: B027 - optional hook
         """Checks after the key types (``found``: type of each key) and before anything
@@ -482,7 +221,7 @@ class DedupBackend(ABC):
         spec = self.meta_spec()
         if spec is None:
             return any(kind != "none" for kind in found.values())
-        self.check_stamps(found, spec)
+        record.check_stamps(self, found, spec)
         if found[spec.key] == "none":
             return any(kind != "none" for kind in found.values())
         stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
@@ -542,63 +281,8 @@ class DedupBackend(ABC):
         layer (-1) or is past its last one (-2). Override to report it."""
 
     def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-        """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
-        if self.wait_replicas:
-            return self._run_and_wait(script, keys, args)
-        try:
-            return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            self.reopen()
-            return self.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-
-    def _run_and_wait(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-        """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
-        replicas have the call's writes, or the timeout passed (then counted in
-        :attr:`unreplicated` and logged; the answer stands)."""
-        for attempt in (1, 2):
-            pipe = self.server.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            answer, acked = pipe.execute(raise_on_error=False)
-            if isinstance(answer, NoScriptError) and attempt == 1:
-                self.reopen()
-                continue
-            if isinstance(answer, Exception):
-                raise answer
-            if isinstance(acked, Exception):
-                raise acked
-            if int(acked) < self.wait_replicas:
-                self.unreplicated += 1
-                now = time.monotonic()
-                if now - self._warned_unreplicated >= 60:  # at most once a minute
-                    self._warned_unreplicated = now
-                    logger.warning(
-                        "A write of the %s dupefilter reached %d of the %d replica(s) asked "
-                        "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
-                        "failover now may lose it",
-                        self.name,
-                        int(acked),
-                        self.wait_replicas,
-                        self.wait_timeout_ms,
-                        self.unreplicated,
-                    )
-            return answer
-        raise AssertionError("unreachable")
-
-    def call(
-        self, script: scripts.LuaScript, make: Callable[[], tuple[list[str], list[Any]]]
-    ) -> Any:
-        """Run ``script`` with the keys and arguments ``make()`` builds, again while
-        the answer asks for it (:meth:`again`)."""
-        answer = self.run_script(script, *make())
-        for _ in range(self.again_limit):
-            if not self.again(answer):
-                return answer
-            self.learn([answer])
-            answer = self.run_script(script, *make())
-        if self.again(answer):
-            raise self.again_error()
-        return answer
+        """One call of ``script`` (see :func:`calls.run`)."""
+        return calls.run(self, script, keys, args)
 
     def again_error(self) -> Exception:
         return FilterMismatchError(
@@ -617,8 +301,8 @@ class DedupBackend(ABC):
             raise NotImplementedError(f"{type(self).__name__} has no add script")
         # The per-request path: the one call of a batch of one, without the batch's
         # bookkeeping (try_add_answers) around it.
-        ((keys, args, _),) = self._add_calls((fingerprint,), (expire,), (0,))
-        answer = self.run_script(script, keys, args)[0]
+        ((keys, args, _),) = calls.plan(self, (fingerprint,), (expire,), (0,))
+        answer = calls.run(self, script, keys, args)[0]
         if answer > 0:
             return True
         if answer < 0:
@@ -649,128 +333,30 @@ class DedupBackend(ABC):
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
     ) -> tuple[list[bool | None], list[FailedCall]]:
         """:meth:`check_and_add_many`, keeping the answers of the calls that ran when
-        others failed (see :meth:`try_add_answers`): None for the fingerprints of a
+        others failed (see :func:`calls.add_answers`): None for the fingerprints of a
         failed call."""
         if self.add_script is None:
             return one_call(lambda: self.check_and_add_many(fingerprints, expires), fingerprints)
-        answers, failed = self.try_add_answers(fingerprints, expires)
+        answers, failed = calls.add_answers(self, fingerprints, expires)
         for answer in answers:
             if answer is not None and answer < 0:
                 self.on_grown(answer)
         return [None if answer is None else answer > 0 for answer in answers], failed
 
-    def try_add_answers(
-        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
-    ) -> tuple[list[int | None], list[FailedCall]]:
-        """The add script's answer for each fingerprint (see :attr:`add_script`),
-        keeping the answers of the calls that ran when others failed (on a cluster,
-        one call per slot): None for each fingerprint of a failed call, and the
-        failed calls, each with its fingerprints' indices and its error. A call the
-        server refused wrote nothing (every add script checks all it reads and writes
-        first); one whose connection broke may have run."""
-        script = self.add_script
-        if script is None:
-            raise NotImplementedError(f"{type(self).__name__} has no add script")
-        count = len(fingerprints)
-        answers: list[int | None] = [None] * count
-        failed: list[FailedCall] = []
-        if not count:
-            return answers, failed
-        if expires is None:
-            expires = (None,) * count
-        elif len(expires) != count:
-            raise ValueError(f"{len(expires)} expiries for {count} fingerprints")
-        todo: Sequence[int] = range(count)
-        for _ in range(self.again_limit + 1):
-            calls = self._add_calls(fingerprints, expires, todo)
-            try:
-                results = self._run_calls(script, calls)
-            except Exception as exc:  # kept for the caller, as run_many's are
-                results = [exc] * len(calls)
-            again = []
-            for (_, _, indices), result in zip(calls, results):
-                if isinstance(result, Exception):
-                    failed.append(FailedCall(indices, result))
-                    continue
-                for i, answer in zip(indices, result):
-                    answers[i] = answer
-                    if self.again(answer):
-                        again.append(i)
-            if not again:
-                return answers, failed
-            self.learn([answers[i] for i in again])
-            for i in again:
-                answers[i] = None  # asked again: nothing was written for it
-            todo = sorted(again)
-        failed.append(FailedCall(list(todo), self.again_error()))
-        return answers, failed
-
-    def _add_calls(
-        self,
-        fingerprints: Sequence[str],
-        expires: Sequence[float | None],
-        todo: Sequence[int],
-    ) -> list[tuple[list[str], list[Any], list[int]]]:
-        """The add calls for the fingerprints at ``todo``: one on a single server, one
-        per cluster slot; each with the indices of the fingerprints it answers."""
-        context = self.add_context()
-        header = self.add_header(context)
-        if len(todo) == 1:  # the per-request path
-            i = todo[0]
-            keys = self.group_keys(self.add_group(fingerprints[i]), context)
-            return [(keys, [*header, 1, *self.fp_args(fingerprints[i], expires[i])], [i])]
-        group_of = {i: self.add_group(fingerprints[i]) for i in todo}
-        groups: dict[int, list[str]] = {}
-        for group in group_of.values():
-            if group not in groups:
-                groups[group] = self.group_keys(group, context)
-        parts: list[list[int]]
-        if is_cluster(self.server):
-            by_slot: dict[int, list[int]] = {}
-            for group, keys in groups.items():
-                by_slot.setdefault(slot_of(keys[0]), []).append(group)
-            parts = list(by_slot.values())
-        else:
-            parts = [list(groups)]
-        calls = []
-        for part in parts:
-            number = {group: n for n, group in enumerate(part, 1)}
-            keys = [key for group in part for key in groups[group]]
-            indices = [i for i in todo if group_of[i] in number]
-            args = list(header)
-            for i in indices:
-                args += [number[group_of[i]], *self.fp_args(fingerprints[i], expires[i])]
-            calls.append((keys, args, indices))
-        return calls
-
-    def _run_calls(
-        self, script: scripts.LuaScript, calls: Sequence[tuple[list[str], list[Any], list[int]]]
-    ) -> list[Any]:
-        if len(calls) == 1:
-            keys, args, _ = calls[0]
-            return [self.run_script(script, keys, args)]
-        return scripts.run_many(
-            self.server,
-            script,
-            [(keys, args) for keys, args, _ in calls],
-            self.reopen,
-            keep_errors=True,
-        )
-
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        return self.call(self.contains_script, lambda: self.contains_call(fingerprint)) > 0
+        return calls.call(self, self.contains_script, lambda: self.contains_call(fingerprint)) > 0
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""
         assert self.contains_script is not None
         out: list[bool] = []
         for batch in chunks(fingerprints):
-            calls = [self.contains_call(fp) for fp in batch]
-            results = scripts.run_many(self.server, self.contains_script, calls, self.reopen)
+            each = [self.contains_call(fp) for fp in batch]
+            results = scripts.run_many(self.server, self.contains_script, each, self.reopen)
             results = [
-                self.call(self.contains_script, lambda fp=fp: self.contains_call(fp))
+                calls.call(self, self.contains_script, lambda fp=fp: self.contains_call(fp))
                 if self.again(r)
                 else r
                 for fp, r in zip(batch, results)
@@ -798,35 +384,35 @@ class DedupBackend(ABC):
         """The janitor's progress record and lock for this backend, with their types."""
         return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
 
-    # -- capabilities (see ``capabilities``) -----------------------------------------------
+    # -- what a declared capability gives (see ``capabilities``) --------------------------
 
     def purge_keys(self) -> list[str]:
-        """PURGE_EXPIRED: the hashes whose fields (fingerprint -> expiry in Unix ms)
+        """purge_expired: the hashes whose fields (fingerprint -> expiry in Unix ms)
         the janitor purges once expired."""
         raise NotImplementedError
 
     def filter_reports(self) -> list[dict[str, Any]]:
-        """REPORT_FILL: per filter (a time bucket has ``label`` and ``ttl_ms``): fill_ratio,
+        """report_fill: per filter (a time bucket has ``label`` and ``ttl_ms``): fill_ratio,
         estimated_items, estimated_error_rate, over_capacity, capacity, error_rate and,
         for a scalable filter, ``layers``."""
         raise NotImplementedError
 
     def restore_expiry(self) -> list[str]:
-        """RESTORE_EXPIRY: give each key that must expire and lost its expiry (a restore
+        """restore_expiry: give each key that must expire and lost its expiry (a restore
         from a backup, say) its expiry back; return those keys."""
         raise NotImplementedError
 
     def count(self) -> int:
-        """COUNT: how many entries are stored."""
+        """count: how many entries are stored."""
         raise NotImplementedError
 
     def bulk_target(self, block: int) -> tuple[str, int]:
-        """BULK_TARGET: the bitmap a migration ORs block ``block``'s bits into now, and
+        """bulk_bits: the bitmap a migration ORs block ``block``'s bits into now, and
         the expiry in ms it must carry (0: none)."""
         raise NotImplementedError
 
     def bulk_fill(self) -> tuple[str, float]:
-        """BULK_TARGET: where the bits go now (a bucket's label, or "") and about how
+        """bulk_bits: where the bits go now (a bucket's label, or "") and about how
         many fingerprints are there already."""
         raise NotImplementedError
 
@@ -893,49 +479,6 @@ class DedupBackend(ABC):
 
     # -- helpers for subclasses -------------------------------------------------------
 
-    def memory_usage(self, keys: Sequence[str]) -> int:
-        """Sum of ``MEMORY USAGE`` over ``keys`` (missing keys count 0)."""
-        if not keys:
-            return 0
-        pipe = self.server.pipeline(transaction=False)
-        for key in keys:
-            pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
-        return sum(int(v or 0) for v in pipe.execute())
-
-    def check_types(self, expected: Mapping[str, str], hint: str = "") -> dict[str, str]:
-        """Raise WrongKeyTypeError unless each key is missing or of its type.
-
-        Returns the type found for each key ("none" when missing).
-        """
-        if not expected:
-            return {}
-        pipe = self.server.pipeline(transaction=False)
-        for key in expected:
-            pipe.type(key)
-        found = {key: as_str(kind) for key, kind in zip(expected, pipe.execute())}
-        for key, kind in found.items():
-            if not type_ok(kind, expected[key]):
-                raise WrongKeyTypeError(
-                    key,
-                    kind,
-                    expected[key],
-                    hint or self.wrong_type_hint(kind),
-                    TYPE_NAMES.get(expected[key], ""),
-                )
-        return found
-
-    def refuse_orphans(self, orphans: Sequence[str], meta_key: str) -> None:
-        """Refuse data keys that exist without the record of their parameters."""
-        if orphans:
-            raise FilterMismatchError(
-                f"Redis key(s) {', '.join(map(repr, orphans))} exist but {meta_key!r}, the record "
-                "of the parameters they were written with, does not, so this package cannot tell "
-                "what they hold. Nothing was changed. Move them away (RENAME) or point the "
-                "dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
-            )
-
-    # -- stamps ---------------------------------------------------------------------------
-
     def stamp_of(self, data_key: str) -> str | None:
         """The stamp key that guards ``data_key`` (in its slot), None if it has none.
 
@@ -943,119 +486,35 @@ class DedupBackend(ABC):
         same script call that writes the data there (``lua/stamp.lua``)."""
         return None
 
-    def check_stamps(self, found: Mapping[str, str], spec: MetaSpec) -> None:
-        """Refuse data written with other parameters, or with no record of them.
-
-        The stamps stand in for a missing parameter record (after a clear() by
-        another worker, FLUSHALL, or a lost ``K:meta``): when every slot that holds
-        data is stamped with these parameters, the record is recreated by
-        :meth:`init_meta`; data with no stamp and no record is refused as before.
-        """
-        stamp_keys = sorted(
-            {k for k, kind in found.items() if kind != "none" and self.stamp_of(k) == k}
-        )
-        stamps: dict[str, str] = {}
-        if stamp_keys:
-            pipe = self.server.pipeline(transaction=False)
-            for key in stamp_keys:
-                pipe.get(key)
-            stamps = {k: as_str(v) for k, v in zip(stamp_keys, pipe.execute()) if v is not None}
-        if any(stamp != spec.stamp for stamp in stamps.values()) and found.get(spec.key) == "hash":
-            # The record says the same in the user's terms (capacity, error rate).
-            record = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
-            if record:
-                self.compare_meta(spec, record)
-        for key, stamp in stamps.items():
-            if stamp != spec.stamp:
-                try:
-                    self.compare_meta(spec, MetaSpec.parse_stamp(stamp))
-                except FilterMismatchError as exc:
-                    raise FilterMismatchError(f"{exc} (found in the stamp {key!r})") from None
-        if found.get(spec.key) != "none":
-            return
-        # Data: every key found but the record and the stamps. A key with no stamp (a
-        # backend that keeps none, or data from before stamps) is an orphan here.
-        data = [
-            k
-            for k, kind in found.items()
-            if kind != "none" and k != spec.key and self.stamp_of(k) != k
-        ]
-        self.refuse_orphans([k for k in data if self.stamp_of(k) not in stamps], spec.key)
-        if data:
-            logger.warning(
-                "The parameter record %r of the %s dupefilter was missing (a clear() by "
-                "another worker, FLUSHALL, eviction or a manual DEL) while %d data key(s) "
-                "remain, each stamped with these parameters: recreating the record",
-                spec.key,
-                self.name,
-                len(data),
-            )
-
     def wrong_type_hint(self, found: str) -> str:
         hint = (
             "Point the dupefilter at another key (SCHEDULER_DUPEFILTER_KEY), or move or delete "
             "that key yourself if it is not needed."
         )
-        if found == "set" and self.is_bloom:
+        if found == "set" and self.capabilities.probabilistic:
             hint = (
                 "It looks like a scrapy-redis fingerprint set: convert it with "
                 "`scrapy migrate-set-to-bloom`, or set SCHEDULER_DUPEFILTER_KEY to another key."
             )
         return hint
 
-    def init_meta(self, spec: MetaSpec) -> bool:
-        """Create the parameter record or check it; True when this call created it."""
-        args: list[str] = []
-        for name, value in spec.fields.items():
-            args += [name, value]
-        try:
-            created, flat = scripts.META_INIT(self.server, [spec.key], args)
-        except ResponseError as exc:
-            if code_of(exc) == "dedup:WRONGTYPE":
-                kind = as_str(self.server.type(spec.key))
-                raise WrongKeyTypeError(
-                    spec.key, kind, "hash", self.wrong_type_hint(kind)
-                ) from None
-            raise
-        self.compare_meta(
-            spec, {as_str(flat[i]): as_str(flat[i + 1]) for i in range(0, len(flat), 2)}
-        )
-        return bool(created)
+    def check_server(self) -> None:
+        """Refuse a server the filter cannot use (override to ask more of it first)."""
+        admission.check_server(self)
 
     def compare_meta(self, spec: MetaSpec, stored: Mapping[str, str]) -> None:
-        """Raise FilterMismatchError unless ``stored`` matches the compared fields."""
-        wanted = spec.fields
-        if stored.get("backend") != wanted["backend"]:
-            raise FilterMismatchError(
-                f"{spec.key!r} describes a {stored.get('backend', 'unknown')!r} filter, not "
-                f"{wanted['backend']!r}. Set DEDUP_BACKEND={stored.get('backend')!r} to use it, or "
-                "point the dupefilter at another key with SCHEDULER_DUPEFILTER_KEY."
-            )
-        different = [f for f in spec.compare if stored.get(f) != wanted.get(f)]
-        if not different:
-            return
-        different = in_user_terms(different, stored, wanted)
-        diff = ", ".join(
-            f"{f}: stored {shown(stored.get(f))!r}, configured {shown(wanted.get(f))!r}"
-            + (f" ({set_by(f)})" if f in FIELD_SETTINGS else "")
-            for f in different
-        )
-        fix = [
-            f"{FIELD_SETTINGS[f]} = {as_setting(f, stored[f])}"
-            for f in different
-            if f in FIELD_SETTINGS and stored.get(f) is not None
-        ]
-        use = (
-            f"Set {', '.join(fix)} as when it was created"
-            if fix
-            else (f"Use the settings it was created with (stored in {spec.key!r})")
-        )
-        raise FilterMismatchError(
-            f"The {wanted['backend']} filter at {self.key!r} was created with other "
-            f"parameters ({diff}). Opening it with these settings would read and write the "
-            f"wrong places. {use}, or point the dupefilter at another key with "
-            "SCHEDULER_DUPEFILTER_KEY; delete the old keys only if their contents may be lost."
-        )
+        """Raise FilterMismatchError unless ``stored`` matches the compared fields
+        (override to say more of a backend's own fields first)."""
+        record.compare_meta(self.key, spec, stored)
+
+    def check_types(self, expected: Mapping[str, str], hint: str = "") -> dict[str, str]:
+        """Raise WrongKeyTypeError unless each key is missing or of its type; return the
+        type found for each key ("none" when missing)."""
+        return check_types(self.server, expected, lambda kind: hint or self.wrong_type_hint(kind))
+
+    def memory_usage(self, names: Sequence[str]) -> int:
+        """Sum of ``MEMORY USAGE`` over the keys ``names`` (missing keys count 0)."""
+        return memory_usage(self.server, names)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} key={self.key!r}>"

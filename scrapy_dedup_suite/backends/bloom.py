@@ -26,16 +26,15 @@ from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
 from ..failures import script_failure
 from ..options import BloomOptions
+from . import admission
 from .base import (
-    BULK_TARGET,
-    REPORT_FILL,
-    STABLE_ANSWERS,
     DedupBackend,
     MetaSpec,
     as_str,
     filter_report_of,
     migration_state_key,
 )
+from .capabilities import Capabilities
 from .shape import Scalable, Shape, layer_summary, make_shape
 
 logger = logging.getLogger(__name__)
@@ -61,8 +60,7 @@ class BlockedBloom(DedupBackend):
     itself, or its live time buckets, the one receiving new fingerprints first.
     """
 
-    is_bloom = True
-    needs_hex = True
+    capabilities = Capabilities(probabilistic=True, hex_fingerprints=True)
     spread_setting = "DEDUP_BLOOM_BLOCKS"
 
     def __init__(self, server: Any, key: str, params: BloomParams, scaling: Scaling | None) -> None:
@@ -249,7 +247,13 @@ class BlockedBloom(DedupBackend):
 
 class BloomBackend(BlockedBloom):
     name = "bloom"
-    capabilities = frozenset({REPORT_FILL, BULK_TARGET, STABLE_ANSWERS})
+    capabilities = Capabilities(
+        probabilistic=True,
+        hex_fingerprints=True,
+        stable_answers=True,
+        report_fill=True,
+        bulk_bits=True,
+    )
 
     def __init__(
         self,
@@ -282,7 +286,9 @@ class BloomBackend(BlockedBloom):
     def _before_writing(self, found: dict[str, str]) -> None:
         missing = sum(found.get(block, "none") == "none" for block in self.block_keys)
         if missing:
-            self.check_room(missing * ((self.params.block_bits + 7) // 8), "DEDUP_BLOOM_CAPACITY")
+            admission.check_room(
+                self, missing * ((self.params.block_bits + 7) // 8), "DEDUP_BLOOM_CAPACITY"
+            )
 
     def _prepare(self) -> None:
         for block, stamp in zip(self.block_keys, self.stamp_keys):

@@ -88,7 +88,7 @@ class Windowed:
         return sorted(found)
 
     def restore_expiry(self) -> list[str]:
-        """RESTORE_EXPIRY: each bucket key that lost its expiry gets it back."""
+        """restore_expiry: each bucket key that lost its expiry gets it back."""
         now = self.now()
         restored = []
         for key in self.bucket_keys_in_redis():
@@ -107,7 +107,7 @@ class Windowed:
         return {}
 
     def filter_reports(self) -> list[dict[str, Any]]:
-        """REPORT_FILL: one report per bucket in Redis."""
+        """report_fill: one report per bucket in Redis."""
         info = self.info()  # type: ignore[attr-defined]
         keep = (
             "label",

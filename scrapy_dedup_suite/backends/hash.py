@@ -24,7 +24,8 @@ from .. import config, scripts
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
-from .base import LAYOUT_VERSION, PURGE_EXPIRED, DedupBackend, MetaSpec, as_str, slot_sibling
+from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
+from .capabilities import Capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -34,26 +35,23 @@ MAX_SHARDS = 4096
 
 @dataclass(frozen=True)
 class Expiry:
-    """Who expires a hash filter's fingerprints, and the scripts and capabilities
-    that go with it."""
+    """Who expires a hash filter's fingerprints, and the scripts that go with it."""
 
     name: str
     add_script: scripts.LuaScript
     contains_script: scripts.LuaScript
-    capabilities: frozenset[str]
     #: What the parameter record (and so each stamp) says of it: nothing for the
     #: janitor's expiry, so that records written before the server's existed match.
     meta: dict[str, str] = field(default_factory=dict)
 
 
 #: Each field holds its expiry (Unix ms, server clock); the janitor purges expired ones.
-BY_JANITOR = Expiry("janitor", scripts.HASH_ADD, scripts.HASH_CONTAINS, frozenset({PURGE_EXPIRED}))
+BY_JANITOR = Expiry("janitor", scripts.HASH_ADD, scripts.HASH_CONTAINS)
 #: Each field carries its own expiry (hash-field TTL); the server frees it.
 BY_SERVER = Expiry(
     "server",
     scripts.HASH_FIELD_ADD,
     scripts.HASH_FIELD_CONTAINS,
-    frozenset(),
     {"expiry": "server"},
 )
 #: The servers that expire hash fields themselves, for messages.
@@ -62,7 +60,8 @@ FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
 
 class HashBackend(DedupBackend):
     name = "hash"
-    uses_expire = True
+    # purge_keys() is empty where the server expires the fields itself.
+    capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
     spread_setting = "DEDUP_HASH_SHARDS"
 
     def __init__(
@@ -112,7 +111,7 @@ class HashBackend(DedupBackend):
         )
 
     def purge_keys(self) -> list[str]:
-        return list(self.shard_keys)
+        return list(self.shard_keys) if self.expiry is BY_JANITOR else []
 
     def with_key(self, key: str) -> HashBackend:
         return HashBackend(
@@ -125,12 +124,6 @@ class HashBackend(DedupBackend):
     def expiry(self) -> Expiry:
         """The janitor's or the server's (:meth:`resolve_expiry`, at the first use)."""
         return self._expiry or self.resolve_expiry()
-
-    @property
-    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
-        # Before the filter is looked at, what it may need (the janitor's purge):
-        # reading the capabilities must not cost a round trip.
-        return (self._expiry or BY_JANITOR).capabilities
 
     @property
     def add_script(self) -> scripts.LuaScript:  # type: ignore[override]

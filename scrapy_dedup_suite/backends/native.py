@@ -37,12 +37,10 @@ from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import NativeBloomOptions, WindowOptions
 from ..windows import WindowSpec
+from . import admission
 from .base import (
     LAYOUT_VERSION,
     NATIVE_BLOOM_TYPE,
-    REPORT_FILL,
-    RESTORE_EXPIRY,
-    STABLE_ANSWERS,
     DedupBackend,
     MetaSpec,
     as_str,
@@ -51,6 +49,7 @@ from .base import (
 )
 from .bloom import block_prefix
 from .buckets import Windowed
+from .capabilities import Capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +75,7 @@ class NativeBloomBackend(DedupBackend):
     """Fingerprints in the server's own Bloom filters, one per block."""
 
     name = "native-bloom"
-    is_bloom = True
-    capabilities = frozenset({REPORT_FILL, STABLE_ANSWERS})
+    capabilities = Capabilities(probabilistic=True, report_fill=True, stable_answers=True)
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.NATIVE_ADD
     contains_script = scripts.NATIVE_CONTAINS
@@ -144,7 +142,7 @@ class NativeBloomBackend(DedupBackend):
         current = [keys[0] for keys in self.filters(self.add_context())]
         missing = sum(found.get(key, "none") == "none" for key in current)
         if missing:
-            self.check_room(missing * self.params.block_bytes, "DEDUP_BLOOM_CAPACITY")
+            admission.check_room(self, missing * self.params.block_bytes, "DEDUP_BLOOM_CAPACITY")
 
     def is_filter(self, key: str) -> bool:
         return key in self.prefixes
@@ -296,8 +294,9 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
     themselves when they leave the window (see windowed-bloom for the semantics)."""
 
     name = "windowed-native-bloom"
-    keys_expire = True
-    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY})
+    capabilities = Capabilities(
+        probabilistic=True, expiring_keys=True, report_fill=True, restore_expiry=True
+    )
 
     def __init__(
         self,

@@ -11,12 +11,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import scripts
-from .base import COUNT, STABLE_ANSWERS, DedupBackend, FailedCall, chunks, one_call
+from .base import DedupBackend, FailedCall, chunks, one_call
+from .capabilities import Capabilities
 
 
 class SetBackend(DedupBackend):
     name = "set"
-    capabilities = frozenset({COUNT, STABLE_ANSWERS})
+    capabilities = Capabilities(count=True, stable_answers=True)
     add_script = scripts.SET_ADD
 
     def count(self) -> int:

@@ -27,16 +27,23 @@ from scrapy.settings import BaseSettings
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
 from ..windows import WindowSpec
-from .base import BULK_TARGET, REPORT_FILL, RESTORE_EXPIRY, MetaSpec
+from .base import MetaSpec
 from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
+from .capabilities import Capabilities
 from .shape import layer_summary
 
 
 class WindowedBloomBackend(Windowed, BlockedBloom):
     name = "windowed-bloom"
-    keys_expire = True
-    capabilities = frozenset({REPORT_FILL, RESTORE_EXPIRY, BULK_TARGET})
+    capabilities = Capabilities(
+        probabilistic=True,
+        hex_fingerprints=True,
+        expiring_keys=True,
+        report_fill=True,
+        restore_expiry=True,
+        bulk_bits=True,
+    )
     # A scalable bucket's :L<j> layers and :layers record.
     bucket_suffix = r":L[0-9]+|:layers"
 

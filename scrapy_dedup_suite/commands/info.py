@@ -12,7 +12,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
-from ..backends.base import PURGE_EXPIRED, as_str
+from ..backends.base import as_str
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
@@ -107,8 +107,9 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             info = backend.info()
             info.pop("key", None)
             entry.update(info)
-            if PURGE_EXPIRED in backend.capabilities:
-                entry.update(expired_share(server, backend.purge_keys()))
+            purged = backend.purge_keys() if backend.capabilities.purge_expired else []
+            if purged:  # (none where the server expires a hash filter's fields)
+                entry.update(expired_share(server, purged))
         out[name] = entry
     return out
 

@@ -1,0 +1,110 @@
+"""What a server must offer before a filter writes to it: a primary (not a replica),
+an eviction policy that cannot delete the filter, room for what is allocated, and on a
+cluster, data spread over the masters. Checked at open; functions of a backend."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ResponseError
+
+from ..connection import is_cluster, masters, nodes_of
+from ..exceptions import DedupConfigError
+from .keys import as_str
+
+if TYPE_CHECKING:
+    from .base import DedupBackend
+
+logger = logging.getLogger(__name__)
+
+
+def eviction_warning(backend: DedupBackend) -> str | None:
+    """What to tell the operator when the server's ``maxmemory-policy`` can evict
+    this filter's keys (at open, and in every janitor report), else None."""
+    policy = eviction_risk(backend)
+    if policy is None:
+        return None
+    return (
+        f"the Redis server's maxmemory-policy is {policy!r}: when memory is full it may "
+        f"delete keys of the {backend.name} dupefilter at {backend.key!r}, and the requests they "
+        "recorded are crawled again. Use maxmemory-policy noeviction (or volatile-* for "
+        "backends without expiring keys) on the server that holds fingerprints"
+    )
+
+
+def eviction_risk(backend: DedupBackend) -> str | None:
+    """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
+    for client in masters(backend.server):
+        try:
+            policy = as_str(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
+        except ResponseError:  # CONFIG refused (ACL, renamed on a managed server)
+            return None
+        if policy.startswith("allkeys-") or (
+            policy.startswith("volatile-") and backend.capabilities.expiring_keys
+        ):
+            return policy
+    return None
+
+
+def check_server(backend: DedupBackend) -> None:
+    """Refuse a read-only replica; warn when the eviction policy can delete the filter."""
+    if not is_cluster(backend.server):
+        try:
+            role = as_str(backend.server.execute_command("ROLE")[0])
+        except ResponseError:
+            role = "master"
+        if role != "master":
+            raise DedupConfigError(
+                f"The Redis server of the {backend.name} dupefilter at {backend.key!r} is a "
+                f"read-only {role} (replica): every write would be refused. Point "
+                "DEDUP_REDIS_URL (or REDIS_URL) at the primary."
+            )
+    warning = eviction_warning(backend)
+    if warning is not None:
+        logger.warning("%s%s.", warning[0].upper(), warning[1:])
+
+
+def check_room(backend: DedupBackend, needed: int, setting: str) -> None:
+    """Refuse to allocate ``needed`` bytes that the server cannot hold (its
+    ``maxmemory``, else its host's memory), before anything is written."""
+    try:
+        infos = [client.info("memory") for client in masters(backend.server)]
+    except ResponseError:  # INFO refused (ACL)
+        return
+    room = 0
+    for info in infos:
+        limit = int(info.get("maxmemory", 0)) or int(info.get("total_system_memory", 0))
+        if not limit:
+            return
+        room += max(0, limit - int(info.get("used_memory", 0)))
+    if needed > room:
+        raise DedupConfigError(
+            f"The {backend.name} filter at {backend.key!r} needs {needed / 2**30:,.1f} GiB of "
+            f"Redis memory, and the server{'s' if len(infos) > 1 else ''} can hold "
+            f"{room / 2**30:,.1f} GiB more (maxmemory, or the host's memory). Nothing was "
+            f"allocated. Lower {setting} (or use a scalable filter, which grows as needed), "
+            "or give Redis more memory."
+        )
+
+
+def check_spread(backend: DedupBackend, data_keys: Sequence[str]) -> None:
+    """On a cluster, warn when the data keys sit on fewer masters than they could."""
+    count = len(backend.server.get_primaries())
+    used = nodes_of(backend.server, list(data_keys))
+    # Keys that share a hash tag (a block's buckets, say) must share a master.
+    slots = {backend.server.keyslot(key) for key in data_keys}
+    if len(used) < min(len(slots), count) and backend.spread_setting:
+        logger.warning(
+            "The %s dupefilter at %r keeps its data in %d slot(s) on %d of the cluster's "
+            "%d masters. For an even spread set %s to a few times the number of masters "
+            "(e.g. %d) when the filter is created.",
+            backend.name,
+            backend.key,
+            len(slots),
+            len(used),
+            count,
+            backend.spread_setting,
+            4 * count,
+        )

@@ -1,0 +1,218 @@
+"""How a backend's scripts are called: one EVALSHA (with WAIT for replicas in the same
+round trip) reloaded on NOSCRIPT; a batch planned into one call per cluster slot, whose
+failed calls are kept beside the answers of those that ran; a call made again while a
+scalable filter asks for more of its layer schedule. Functions of a backend, which
+says what its script takes (``add_group``, ``group_keys``, ``add_header``, ``fp_args``)
+and answers (``again``, ``learn``, ``on_grown``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import NoScriptError
+
+from .. import scripts
+from ..connection import is_cluster
+from .keys import slot_of
+
+if TYPE_CHECKING:
+    from .base import DedupBackend
+
+logger = logging.getLogger(__name__)
+
+#: One planned add call: its keys, its arguments, and the indices of the
+#: fingerprints it answers.
+Call = tuple[list[str], list[Any], list[int]]
+
+
+@dataclass(frozen=True)
+class FailedCall:
+    """A call of a batch that failed: the indices of the fingerprints it carried."""
+
+    indices: list[int]
+    error: Exception
+
+
+def one_call(
+    call: Callable[[], list[bool]], fingerprints: Sequence[str]
+) -> tuple[list[bool | None], list[FailedCall]]:
+    """``try_check_and_add_many`` for a batch that is one call: all answered or all failed."""
+    try:
+        return list(call()), []
+    except Exception as exc:  # kept for the caller, as try_add_answers does
+        return [None] * len(fingerprints), [FailedCall(list(range(len(fingerprints))), exc)]
+
+
+def run(backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+    """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
+    if backend.wait_replicas:
+        return _run_and_wait(backend, script, keys, args)
+    try:
+        return backend.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        backend.reopen()
+        return backend.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def _run_and_wait(
+    backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any
+) -> Any:
+    """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
+    replicas have the call's writes, or the timeout passed (then counted in
+    :attr:`unreplicated` and logged; the answer stands)."""
+    for attempt in (1, 2):
+        pipe = backend.server.pipeline(transaction=False)
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", backend.wait_replicas, backend.wait_timeout_ms)
+        answer, acked = pipe.execute(raise_on_error=False)
+        if isinstance(answer, NoScriptError) and attempt == 1:
+            backend.reopen()
+            continue
+        if isinstance(answer, Exception):
+            raise answer
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < backend.wait_replicas:
+            backend.unreplicated += 1
+            now = time.monotonic()
+            if now - backend._warned_unreplicated >= 60:  # at most once a minute
+                backend._warned_unreplicated = now
+                logger.warning(
+                    "A write of the %s dupefilter reached %d of the %d replica(s) asked "
+                    "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
+                    "failover now may lose it",
+                    backend.name,
+                    int(acked),
+                    backend.wait_replicas,
+                    backend.wait_timeout_ms,
+                    backend.unreplicated,
+                )
+        return answer
+    raise AssertionError("unreachable")
+
+
+def call(
+    backend: DedupBackend,
+    script: scripts.LuaScript,
+    make: Callable[[], tuple[list[str], list[Any]]],
+) -> Any:
+    """Run ``script`` with the keys and arguments ``make()`` builds, again while
+    the answer asks for it (:meth:`again`)."""
+    answer = run(backend, script, *make())
+    for _ in range(backend.again_limit):
+        if not backend.again(answer):
+            return answer
+        backend.learn([answer])
+        answer = run(backend, script, *make())
+    if backend.again(answer):
+        raise backend.again_error()
+    return answer
+
+
+def add_answers(
+    backend: DedupBackend,
+    fingerprints: Sequence[str],
+    expires: Sequence[float | None] | None = None,
+) -> tuple[list[int | None], list[FailedCall]]:
+    """The add script's answer for each fingerprint (see :attr:`add_script`),
+    keeping the answers of the calls that ran when others failed (on a cluster,
+    one call per slot): None for each fingerprint of a failed call, and the
+    failed calls, each with its fingerprints' indices and its error. A call the
+    server refused wrote nothing (every add script checks all it reads and writes
+    first); one whose connection broke may have run."""
+    script = backend.add_script
+    if script is None:
+        raise NotImplementedError(f"{type(backend).__name__} has no add script")
+    count = len(fingerprints)
+    answers: list[int | None] = [None] * count
+    failed: list[FailedCall] = []
+    if not count:
+        return answers, failed
+    if expires is None:
+        expires = (None,) * count
+    elif len(expires) != count:
+        raise ValueError(f"{len(expires)} expiries for {count} fingerprints")
+    todo: Sequence[int] = range(count)
+    for _ in range(backend.again_limit + 1):
+        calls = plan(backend, fingerprints, expires, todo)
+        try:
+            results = run_planned(backend, script, calls)
+        except Exception as exc:  # kept for the caller, as run_many's are
+            results = [exc] * len(calls)
+        again = []
+        for (_, _, indices), result in zip(calls, results):
+            if isinstance(result, Exception):
+                failed.append(FailedCall(indices, result))
+                continue
+            for i, answer in zip(indices, result):
+                answers[i] = answer
+                if backend.again(answer):
+                    again.append(i)
+        if not again:
+            return answers, failed
+        backend.learn([answers[i] for i in again])
+        for i in again:
+            answers[i] = None  # asked again: nothing was written for it
+        todo = sorted(again)
+    failed.append(FailedCall(list(todo), backend.again_error()))
+    return answers, failed
+
+
+def plan(
+    backend: DedupBackend,
+    fingerprints: Sequence[str],
+    expires: Sequence[float | None],
+    todo: Sequence[int],
+) -> list[tuple[list[str], list[Any], list[int]]]:
+    """The add calls for the fingerprints at ``todo``: one on a single server, one
+    per cluster slot; each with the indices of the fingerprints it answers."""
+    context = backend.add_context()
+    header = backend.add_header(context)
+    if len(todo) == 1:  # the per-request path
+        i = todo[0]
+        keys = backend.group_keys(backend.add_group(fingerprints[i]), context)
+        return [(keys, [*header, 1, *backend.fp_args(fingerprints[i], expires[i])], [i])]
+    group_of = {i: backend.add_group(fingerprints[i]) for i in todo}
+    groups: dict[int, list[str]] = {}
+    for group in group_of.values():
+        if group not in groups:
+            groups[group] = backend.group_keys(group, context)
+    parts: list[list[int]]
+    if is_cluster(backend.server):
+        by_slot: dict[int, list[int]] = {}
+        for group, keys in groups.items():
+            by_slot.setdefault(slot_of(keys[0]), []).append(group)
+        parts = list(by_slot.values())
+    else:
+        parts = [list(groups)]
+    calls = []
+    for part in parts:
+        number = {group: n for n, group in enumerate(part, 1)}
+        keys = [key for group in part for key in groups[group]]
+        indices = [i for i in todo if group_of[i] in number]
+        args = list(header)
+        for i in indices:
+            args += [number[group_of[i]], *backend.fp_args(fingerprints[i], expires[i])]
+        calls.append((keys, args, indices))
+    return calls
+
+
+def run_planned(
+    backend: DedupBackend,
+    script: scripts.LuaScript,
+    calls: Sequence[tuple[list[str], list[Any], list[int]]],
+) -> list[Any]:
+    if len(calls) == 1:
+        keys, args, _ = calls[0]
+        return [run(backend, script, keys, args)]
+    return scripts.run_many(
+        backend.server,
+        script,
+        [(keys, args) for keys, args, _ in calls],
+        backend.reopen,
+        keep_errors=True,
+    )

@@ -1,0 +1,124 @@
+"""The key schema: where a filter's parts live in Redis, beside its base key, and the
+type each must hold. Every module builds key names here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from redis.crc import key_slot
+
+from ..exceptions import DedupConfigError, WrongKeyTypeError
+
+#: Fingerprints sent to Redis per pipeline in the batched operations.
+BATCH = 1000
+
+
+#: The suffix of a parameter record and of a stamp beside data.
+META = ":meta"
+
+
+def meta_key(key: str) -> str:
+    """A filter's parameter record (a hash), or the stamp beside data at ``key``."""
+    return f"{key}{META}"
+
+
+def layers_key(base: str) -> str:
+    """A scalable Bloom filter's layer record (a hash: n, count) beside its first layer."""
+    return f"{base}:layers"
+
+
+def migrating_key(prefix: str) -> str:
+    """The bitmap a migration uploads beside a Bloom block before ORing it in."""
+    return f"{prefix}:migrating"
+
+
+def janitor_state_key(key: str) -> str:
+    """Where the janitor keeps its progress for the filter at ``key``."""
+    return f"{key}:janitor"
+
+
+def janitor_lock_key(key: str) -> str:
+    """The lock that lets one janitor pass run at a time on ``key``."""
+    return f"{key}:janitor:lock"
+
+
+def as_str(value: Any) -> str:
+    """Redis replies are bytes unless the client decodes them."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def migration_state_key(key: str) -> str:
+    """Where ``scrapy migrate-set-to-bloom`` keeps its progress for the filter at ``key``."""
+    return f"{key}:migration"
+
+
+def slot_of(key: str) -> int:
+    return key_slot(key.encode("utf-8"))
+
+
+def slot_sibling(key: str, suffix: str) -> str:
+    """A key in the same cluster slot as ``key``: ``key + suffix`` when ``key`` has a
+    hash tag, else ``{key}`` + suffix."""
+    sibling = key + suffix
+    if slot_of(sibling) != slot_of(key):
+        sibling = "{" + key + "}" + suffix
+    if slot_of(sibling) != slot_of(key):
+        raise DedupConfigError(
+            f"The Redis key {key!r} cannot have a companion key in its cluster slot; avoid "
+            "'{' and '}' in SCHEDULER_DUPEFILTER_KEY other than one hash tag such as '{spider}'"
+        )
+    return sibling
+
+
+#: The type of the server's own Bloom filters as TYPE names it: RedisBloom (Redis 8,
+#: Redis Stack) and valkey-bloom. An expected type may list alternatives with '|'.
+NATIVE_BLOOM_TYPE = "MBbloom--|bloomfltr"
+#: How an expected type reads in messages.
+TYPE_NAMES = {NATIVE_BLOOM_TYPE: "Bloom filter (BF.*)"}
+
+
+def type_ok(found: str, expected: str) -> bool:
+    """Whether TYPE's answer ``found`` is ``expected`` (one of its '|' alternatives) or none."""
+    return found == "none" or found in expected.split("|")
+
+
+def check_types(
+    server: Any, expected: Mapping[str, str], hint_for: Callable[[str], str]
+) -> dict[str, str]:
+    """Raise WrongKeyTypeError unless each key is missing or of its type (``hint_for``:
+    the advice for a key found holding a type). Returns the type found for each key
+    ("none" when missing)."""
+    if not expected:
+        return {}
+    pipe = server.pipeline(transaction=False)
+    for key in expected:
+        pipe.type(key)
+    found = {key: as_str(kind) for key, kind in zip(expected, pipe.execute())}
+    for key, kind in found.items():
+        if not type_ok(kind, expected[key]):
+            raise WrongKeyTypeError(
+                key, kind, expected[key], hint_for(kind), TYPE_NAMES.get(expected[key], "")
+            )
+    return found
+
+
+def memory_usage(server: Any, keys: Sequence[str]) -> int:
+    """Sum of ``MEMORY USAGE`` over ``keys`` (missing keys count 0)."""
+    if not keys:
+        return 0
+    pipe = server.pipeline(transaction=False)
+    for key in keys:
+        pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+    return sum(int(v or 0) for v in pipe.execute())
