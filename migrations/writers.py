@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends.base import as_str
 from scrapy_dedup_suite.backends.bloom import block_prefix
+from scrapy_dedup_suite.backends.keys import layers_key, migrating_key
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ UPLOAD_CHUNK = 4 << 20
 def tmp_key(key: str, block: int) -> str:
     """Where a round's bitmap for ``block`` is uploaded: in the block's hash tag, so
     the merge is one call on one cluster slot."""
-    return f"{block_prefix(key, block)}:migrating"
+    return migrating_key(block_prefix(key, block))
 
 
 class Writer(ABC):
@@ -147,7 +148,7 @@ class BitsWriter(Writer):
             keys = [self.target.block_stamp(block), key, tmp]
             args = [self.target.stamp, self.params.block_bits, ttl]
             if counts is not None:
-                keys.append(f"{key}:layers")
+                keys.append(layers_key(key))
                 args += [counts.get(block, 0), token]
             scripts.MERGE_OR(self.server, keys, args)
 

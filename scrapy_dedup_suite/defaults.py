@@ -112,8 +112,10 @@ DEDUP_WINDOW_TZ = "UTC"
 
 #: What happens to the request being checked when Redis cannot be reached:
 #: ``"allow"`` lets it through at once (it is crawled, ``dedup/errors`` counts
-#: it; no request is lost), ``"raise"`` retries ``DEDUP_ERROR_RETRIES`` times
-#: (waiting 0.1 s, 0.2 s, 0.4 s, ...) and then raises :class:`DedupBackendError`.
+#: it; no request is lost), ``"raise"`` retries ``DEDUP_ERROR_RETRIES`` times at
+#: once (the reactor must not sleep) and then raises :class:`DedupBackendError`.
+#: A retry that answers "seen" is not trusted (the failed call may have run):
+#: the request counts as new (``dedup/ambiguous``).
 DEDUP_ON_ERROR = "allow"
 DEDUP_ERROR_RETRIES = 3
 

@@ -16,6 +16,7 @@ from ..options import WaitOptions, value
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
+from .keys import meta_key
 from .native import NativeBloomBackend, WindowedNativeBloomBackend
 from .set import SetBackend
 from .windowed import WindowedBloomBackend
@@ -107,14 +108,13 @@ def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, s
                 count = int(server.scard(key))
                 found.append((name, key, f"{key!r} is a scrapy-redis fingerprint set of {count:,}"))
         else:
+            record = meta_key(key)
             recorded = (
-                server.hget(f"{key}:meta", "backend")
-                if as_str(server.type(f"{key}:meta")) == "hash"
-                else None
+                server.hget(record, "backend") if as_str(server.type(record)) == "hash" else None
             )
             if recorded is not None:
                 found.append(
-                    (name, key, f"{key}:meta records a {as_str(recorded)} filter at {key!r}")
+                    (name, key, f"{record} records a {as_str(recorded)} filter at {key!r}")
                 )
     return found
 

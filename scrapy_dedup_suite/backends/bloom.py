@@ -35,6 +35,7 @@ from .base import (
     migration_state_key,
 )
 from .capabilities import Capabilities
+from .keys import meta_key, migrating_key
 from .shape import Scalable, Shape, layer_summary, make_shape
 
 logger = logging.getLogger(__name__)
@@ -65,9 +66,9 @@ class BlockedBloom(DedupBackend):
 
     def __init__(self, server: Any, key: str, params: BloomParams, scaling: Scaling | None) -> None:
         super().__init__(server, key)
-        self.meta_key = f"{key}:meta"
+        self.meta_key = meta_key(key)
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
-        self.stamp_keys = [f"{prefix}:meta" for prefix in self.prefixes]
+        self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
         self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
         self.shape: Shape = make_shape(params, scaling, key)
 
@@ -202,7 +203,7 @@ class BlockedBloom(DedupBackend):
     def migration_keys(self) -> dict[str, str]:
         keys = {migration_state_key(self.key): "hash"}
         for prefix in self.prefixes:
-            keys[f"{prefix}:migrating"] = "string"
+            keys[migrating_key(prefix)] = "string"
         return keys
 
     # -- the calls (see DedupBackend.add_script) ---------------------------------------------

@@ -26,6 +26,7 @@ from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
 from .capabilities import Capabilities
+from .keys import META, meta_key
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +92,10 @@ class HashBackend(DedupBackend):
                 f"DEDUP_HASH_SHARDS must be a whole number of hashes from 1 to {MAX_SHARDS:,} "
                 f"(each is checked at open and scanned by the janitor), got {self.shards:,}"
             )
-        self.meta_key = f"{key}:meta"
+        self.meta_key = meta_key(key)
         self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
         # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
-        self.stamp_keys = [slot_sibling(shard, ":meta") for shard in self.shard_keys]
+        self.stamp_keys = [slot_sibling(shard, META) for shard in self.shard_keys]
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
         self._stamp_of.update((k, k) for k in self.stamp_keys)
         self._ttl_ms = max(1, round(self.expire * 1000))

@@ -23,9 +23,13 @@ def meta_key(key: str) -> str:
     return f"{key}{META}"
 
 
+#: The suffix of a scalable Bloom filter's layer record.
+LAYERS = ":layers"
+
+
 def layers_key(base: str) -> str:
     """A scalable Bloom filter's layer record (a hash: n, count) beside its first layer."""
-    return f"{base}:layers"
+    return f"{base}{LAYERS}"
 
 
 def migrating_key(prefix: str) -> str:

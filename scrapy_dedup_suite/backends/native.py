@@ -50,6 +50,7 @@ from .base import (
 from .bloom import block_prefix
 from .buckets import Windowed
 from .capabilities import Capabilities
+from .keys import meta_key
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +84,9 @@ class NativeBloomBackend(DedupBackend):
     def __init__(self, server: Any, key: str, params: NativeParams | None = None) -> None:
         super().__init__(server, key)
         self.params = params or default_native_params()
-        self.meta_key = f"{key}:meta"
+        self.meta_key = meta_key(key)
         self.prefixes = [block_prefix(key, b) for b in range(self.params.blocks)]
-        self.stamp_keys = [f"{prefix}:meta" for prefix in self.prefixes]
+        self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
         self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
         self._filters = [[prefix] for prefix in self.prefixes]
 

@@ -20,6 +20,7 @@ from .. import scripts
 from ..bloom_math import BloomParams, Layer, Scaling
 from ..exceptions import FilterMismatchError
 from .base import LAYOUT_VERSION
+from .keys import layers_key
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,6 @@ def layer_summary(info: dict[str, Any]) -> dict[str, Any]:
 class Shape(ABC):
     """A Bloom filter's shape. ``params``: the filter, or a scalable one's first layer."""
 
-    scalable: bool
     add_script: scripts.LuaScript
     contains_script: scripts.LuaScript
 
@@ -130,7 +130,6 @@ class Shape(ABC):
 class Fixed(Shape):
     """A filter of one size: k bits per fingerprint in an m-bit bitmap per block."""
 
-    scalable = False
     add_script = scripts.FILTER_ADD
     contains_script = scripts.BLOOM_CONTAINS
 
@@ -179,7 +178,6 @@ class Scalable(Shape):
     -(10 + n) says a block uses (or is about to add) layer n, and the call is
     made again with more (:meth:`learn`)."""
 
-    scalable = True
     add_script = scripts.SCALABLE_ADD
     contains_script = scripts.SCALABLE_CONTAINS
 
@@ -226,7 +224,7 @@ class Scalable(Shape):
     def group(self, stamp_key: str, filters: Sequence[str]) -> list[str]:
         keys = [stamp_key]
         for base in filters:
-            keys.append(f"{base}:layers")
+            keys.append(layers_key(base))
             keys += self.layer_keys(base)[: self._sent]
         return keys
 
@@ -239,11 +237,11 @@ class Scalable(Shape):
 
     def filter_types(self, base: str) -> dict[str, str]:
         types = dict.fromkeys(self.layer_keys(base), "string")
-        types[f"{base}:layers"] = "hash"
+        types[layers_key(base)] = "hash"
         return types
 
     def alloc_keys(self, stamp_key: str, base: str) -> list[str]:
-        return [stamp_key, base, f"{base}:layers"]
+        return [stamp_key, base, layers_key(base)]
 
     def again(self, answer: int) -> bool:
         return answer <= -11
@@ -274,7 +272,7 @@ class Scalable(Shape):
         """Per layer: size, how many blocks use it, items counted, fill."""
         pipe = server.pipeline(transaction=False)
         for base in bases:
-            pipe.hmget(f"{base}:layers", "n", "count")
+            pipe.hmget(layers_key(base), "n", "count")
         states = [(int(n or 1), int(c or 0)) for n, c in pipe.execute()]
         out = []
         for layer in self.layers:

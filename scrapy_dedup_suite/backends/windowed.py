@@ -31,6 +31,7 @@ from .base import MetaSpec
 from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
 from .capabilities import Capabilities
+from .keys import LAYERS
 from .shape import layer_summary
 
 
@@ -45,7 +46,7 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
         bulk_bits=True,
     )
     # A scalable bucket's :L<j> layers and :layers record.
-    bucket_suffix = r":L[0-9]+|:layers"
+    bucket_suffix = r":L[0-9]+|" + LAYERS
 
     def __init__(
         self,
@@ -96,10 +97,10 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
             for bucket in keys:
                 # With a scalable shape its layer record too; layers that exist are
                 # found by the SCAN below.
-                live += [k for k in self.shape.filter_types(bucket) if k.endswith(":layers")]
+                live += [k for k in self.shape.filter_types(bucket) if k.endswith(LAYERS)]
                 live.append(bucket)
         keys = sorted({*live, *self.bucket_keys_in_redis(), *self.stamp_keys})
-        types = {k: "hash" if k.endswith(":layers") else "string" for k in keys}
+        types = {k: "hash" if k.endswith(LAYERS) else "string" for k in keys}
         types[self.meta_key] = "hash"
         return types
 

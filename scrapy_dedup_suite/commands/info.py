@@ -13,6 +13,7 @@ from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
 from ..backends.base import as_str
+from ..backends.keys import meta_key
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
@@ -94,7 +95,7 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             stored = backend.verify()
         except DedupError as exc:
             # Stored with other parameters (or damaged): show what the record says.
-            record = server.hgetall(f"{key}:meta")
+            record = server.hgetall(meta_key(key))
             entry.update(
                 stored=True,
                 problem=str(exc),
