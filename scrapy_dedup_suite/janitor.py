@@ -27,8 +27,8 @@ service or once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import LockError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
@@ -153,7 +154,10 @@ class Janitor:
         self.state_key = janitor_state_key(backend.key)
         self.lock_key = janitor_lock_key(backend.key)
         self._stop = threading.Event()
-        self._token = ""
+        # redis-py's Lock: SET NX PX with a token; extended and released only by its holder.
+        self._lock = backend.server.lock(
+            self.lock_key, timeout=self.lock_timeout, blocking=False, thread_local=False
+        )
 
     @classmethod
     def from_settings(cls, backend: DedupBackend, settings: Any) -> Janitor:
@@ -219,16 +223,19 @@ class Janitor:
     # -- one pass at a time ---------------------------------------------------------------
 
     def _acquire(self) -> bool:
-        self._token = secrets.token_hex(16)
-        ms = int(self.lock_timeout * 1000)
-        return bool(self.server.set(self.lock_key, self._token, nx=True, px=ms))
+        return bool(self._lock.acquire(blocking=False))
 
     def _keep_lock(self) -> bool:
-        ms = int(self.lock_timeout * 1000)
-        return scripts.LOCK_REFRESH(self.server, [self.lock_key], [self._token, ms]) == 1
+        """Extend the lock to a full DEDUP_JANITOR_LOCK_TIMEOUT; False if it was lost."""
+        try:
+            return bool(self._lock.reacquire())
+        except LockError:  # expired, or taken by another pass meanwhile
+            return False
 
     def _release(self) -> None:
-        scripts.LOCK_RELEASE(self.server, [self.lock_key], [self._token])
+        # Expired, or another pass holds it now: not ours to delete.
+        with contextlib.suppress(LockError):
+            self._lock.release()
 
     # -- hash -------------------------------------------------------------------------------
 

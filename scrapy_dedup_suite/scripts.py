@@ -110,8 +110,6 @@ META_INIT = LuaScript("meta_init")
 BITMAP_ALLOC = LuaScript("bitmap_alloc")
 DELETE_IF_TYPE = LuaScript("delete_if_type")
 HASH_PURGE = LuaScript("hash_purge")
-LOCK_REFRESH = LuaScript("lock_refresh")
-LOCK_RELEASE = LuaScript("lock_release")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 MERGE_OR = LuaScript("merge_or")
 
