@@ -39,8 +39,16 @@ def check_bool(name: str, value: Any) -> bool:
     raise DedupConfigError(f"{name} must be True or False, got {value!r}")
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, allowed: str = "") -> int:
-    """Return ``value`` as an int or raise a DedupConfigError naming ``name``."""
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    allowed: str = "",
+) -> int:
+    """Return ``value`` as an int from ``minimum`` to ``maximum`` or raise a
+    DedupConfigError naming ``name`` and what is ``allowed``."""
     if isinstance(value, bool):
         ok = False
     elif isinstance(value, int):
@@ -63,11 +71,16 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, allowed: str
                     value = int(number)
     else:
         ok = False
-    if not ok or (minimum is not None and value < minimum):
+    if (
+        not ok
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
         what = allowed or (
             f"a whole number >= {minimum}" if minimum is not None else "a whole number"
         )
-        raise DedupConfigError(f"{name} must be {what}, got {value!r}")
+        got = f"{value:,}" if ok else repr(value)
+        raise DedupConfigError(f"{name} must be {what}, got {got}")
     return value
 
 

@@ -33,15 +33,14 @@ def value(settings: BaseSettings, name: str) -> Any:
 
 
 def check_retries(retries: Any) -> int:
-    retries = config.check_int(
-        "DEDUP_ERROR_RETRIES", retries, minimum=0, allowed=f"a whole number from 0 to {MAX_RETRIES}"
+    return config.check_int(
+        "DEDUP_ERROR_RETRIES",
+        retries,
+        minimum=0,
+        maximum=MAX_RETRIES,
+        allowed=f"a whole number from 0 to {MAX_RETRIES} (each retry may wait "
+        "DEDUP_SOCKET_TIMEOUT)",
     )
-    if retries > MAX_RETRIES:
-        raise DedupConfigError(
-            f"DEDUP_ERROR_RETRIES must be a whole number from 0 to {MAX_RETRIES} (each retry "
-            f"may wait DEDUP_SOCKET_TIMEOUT), got {retries:,}"
-        )
-    return retries
 
 
 #: The largest local cache (DEDUP_LOCAL_CACHE), in fingerprints.
@@ -50,10 +49,9 @@ MAX_LOCAL_CACHE = 100_000_000
 
 def check_local_cache(size: Any) -> int:
     allowed = f"a whole number of fingerprints from 0 (off) to {MAX_LOCAL_CACHE:,}"
-    size = config.check_int("DEDUP_LOCAL_CACHE", size, minimum=0, allowed=allowed)
-    if size > MAX_LOCAL_CACHE:
-        raise DedupConfigError(f"DEDUP_LOCAL_CACHE must be {allowed}, got {size:,}")
-    return size
+    return config.check_int(
+        "DEDUP_LOCAL_CACHE", size, minimum=0, maximum=MAX_LOCAL_CACHE, allowed=allowed
+    )
 
 
 @dataclass(frozen=True)
@@ -370,24 +368,17 @@ class BatchOptions:
             "DEDUP_BATCH_SIZE",
             value(settings, "DEDUP_BATCH_SIZE"),
             minimum=1,
-            allowed=f"a whole number of requests from 1 to {MAX_BATCH_SIZE:,}",
+            maximum=MAX_BATCH_SIZE,
+            allowed=f"a whole number of requests from 1 to {MAX_BATCH_SIZE:,} (one call holds "
+            "the server for the whole batch)",
         )
         threads = config.check_int(
             "DEDUP_BATCH_THREADS",
             value(settings, "DEDUP_BATCH_THREADS"),
             minimum=1,
+            maximum=MAX_BATCH_THREADS,
             allowed=f"a whole number of threads from 1 to {MAX_BATCH_THREADS}",
         )
-        if size > MAX_BATCH_SIZE:
-            raise DedupConfigError(
-                f"DEDUP_BATCH_SIZE must be a whole number of requests from 1 to "
-                f"{MAX_BATCH_SIZE:,} (one call holds the server for the whole batch), got {size:,}"
-            )
-        if threads > MAX_BATCH_THREADS:
-            raise DedupConfigError(
-                f"DEDUP_BATCH_THREADS must be a whole number of threads from 1 to "
-                f"{MAX_BATCH_THREADS}, got {threads:,}"
-            )
         outage_wait = config.check_float(
             "DEDUP_BATCH_OUTAGE_WAIT",
             value(settings, "DEDUP_BATCH_OUTAGE_WAIT"),

@@ -67,14 +67,10 @@ class WindowSpec:
             "DEDUP_WINDOW_COUNT",
             count,
             minimum=1,
-            allowed=f"a whole number of buckets from 1 to {MAX_WINDOW_COUNT:,}",
+            maximum=MAX_WINDOW_COUNT,
+            allowed=f"a whole number of buckets from 1 to {MAX_WINDOW_COUNT:,} (every live bucket "
+            "is checked for each request: for a longer memory use a longer DEDUP_WINDOW)",
         )
-        if count > MAX_WINDOW_COUNT:
-            raise DedupConfigError(
-                f"DEDUP_WINDOW_COUNT must be a whole number of buckets from 1 to "
-                f"{MAX_WINDOW_COUNT:,} (every live bucket is checked for each request), got "
-                f"{count:,}; use a longer DEDUP_WINDOW instead"
-            )
         if not isinstance(tz, str) or not tz:
             raise DedupConfigError(f"DEDUP_WINDOW_TZ must be a time zone name, got {tz!r}")
         _zone(tz)

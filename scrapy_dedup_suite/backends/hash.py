@@ -85,13 +85,10 @@ class HashBackend(DedupBackend):
             "DEDUP_HASH_SHARDS",
             shards,
             minimum=1,
-            allowed=f"a whole number of hashes from 1 to {MAX_SHARDS:,}",
+            maximum=MAX_SHARDS,
+            allowed=f"a whole number of hashes from 1 to {MAX_SHARDS:,} (each is checked at "
+            "open and scanned by the janitor)",
         )
-        if self.shards > MAX_SHARDS:
-            raise DedupConfigError(
-                f"DEDUP_HASH_SHARDS must be a whole number of hashes from 1 to {MAX_SHARDS:,} "
-                f"(each is checked at open and scanned by the janitor), got {self.shards:,}"
-            )
         self.meta_key = meta_key(key)
         self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
         # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
