@@ -396,6 +396,9 @@ class JanitorExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
+        from .backends import check_settings
+
+        check_settings(crawler.settings)  # before the engine starts: see check_settings
         interval = JanitorOptions.from_settings(crawler.settings).interval
         if interval == 0:
             raise NotConfigured("DEDUP_JANITOR_INTERVAL is 0")

@@ -48,6 +48,7 @@ from scrapy.utils.misc import load_object
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
+from .backends import check_settings
 from .dupefilter import RFPDupeFilter
 from .options import BatchOptions
 
@@ -114,6 +115,7 @@ class BatchDedupMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BatchDedupMiddleware:
+        check_settings(crawler.settings)  # before the engine starts: see check_settings
         return cls(crawler, BatchOptions.from_settings(crawler.settings))
 
     # -- the dupefilter ------------------------------------------------------------------

@@ -78,6 +78,9 @@ class DedupSummary:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DedupSummary:
+        from .backends import check_settings
+
+        check_settings(crawler.settings)  # before the engine starts: see check_settings
         ext = cls(crawler, crawler.settings.get("DEDUP_SUMMARY_JSON"))
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext

@@ -111,6 +111,53 @@ def test_a_command_refuses_what_the_crawl_refuses_in_one_line(
     assert lines[0].startswith(f"{command}: ") and message in lines[0]
 
 
+SUMMARY = ("EXTENSIONS", "scrapy_dedup_suite.summary.DedupSummary")
+
+
+@pytest.mark.parametrize(
+    ("component", "setting", "message"),
+    [
+        (SUMMARY, "DEDUP_BACKEND=blom", "Unknown DEDUP_BACKEND 'blom': use one of 'set'"),
+        (SUMMARY, "DEDUP_BLOOM_CAPACITY=-5", "DEDUP_BLOOM_CAPACITY must be a whole number"),
+        (SUMMARY, "DEDUP_BLOOM_ERROR_RATE=2", "DEDUP_BLOOM_ERROR_RATE must be a false-positive"),
+        (
+            ("EXTENSIONS", "scrapy_dedup_suite.janitor.JanitorExtension"),
+            "DEDUP_BACKEND=blom",
+            "Unknown DEDUP_BACKEND 'blom'",
+        ),
+        (
+            ("SPIDER_MIDDLEWARES", "scrapy_dedup_suite.middleware.BatchDedupMiddleware"),
+            "DEDUP_BACKEND=blom",
+            "Unknown DEDUP_BACKEND 'blom'",
+        ),
+    ],
+)
+def test_a_bad_setting_ends_the_crawl_with_its_own_error_before_the_engine_starts(
+    tmp_path, dead_url, component, setting, message
+):
+    """With one of the package's components that Scrapy builds before its engine, a
+    setting the dupefilter would refuse ends the crawl there: one traceback, the
+    package's message last, none of the engine's shutdown errors."""
+    (tmp_path / "one.py").write_text(SPIDER)
+    kind, path = component
+    proc = scrapy_cmd(
+        "runspider", "one.py",
+        "-s", "DUPEFILTER_CLASS=scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        "-s", f"DEDUP_REDIS_URL={dead_url}",
+        "-s", "DEDUP_BACKEND=bloom",
+        "-s", setting,
+        "-s", f"{kind}={json.dumps({path: 500})}",
+        "-s", "TELNETCONSOLE_ENABLED=False",
+        cwd=tmp_path,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert out.count("Traceback") == 1, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("scrapy_dedup_suite.exceptions.DedupConfigError: ") and message in last
+    assert "Spider opened" not in out and "Engine slot not assigned" not in out
+
+
 def test_a_filter_opened_with_another_capacity_says_so_in_the_users_terms(redis_server):
     url = redis_server.url
     common = ["-s", f"REDIS_URL={url}", "-s", "DEDUP_BACKEND=bloom"]

@@ -12,7 +12,7 @@ from scrapy.utils.misc import load_object
 from .. import config
 from ..connection import get_redis
 from ..exceptions import DedupConfigError
-from ..options import WaitOptions, value
+from ..options import DupefilterOptions, WaitOptions, value
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
@@ -119,6 +119,18 @@ def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, s
     return found
 
 
+def check_settings(settings: BaseSettings) -> None:
+    """Refuse now, without Redis, the DEDUP_* settings the dupefilter would refuse when
+    the spider opens. The components Scrapy builds before its engine starts (the batch
+    middleware, the janitor and summary extensions) call it, so that a bad setting ends
+    ``scrapy crawl`` with its own one-line error: raised from the engine's start, the
+    same error is followed by Scrapy's shutdown tracebacks (Scrapy <= 2.19)."""
+    cls = get_backend_class(value(settings, "DEDUP_BACKEND"))
+    cls.from_settings(None, "settings-check", settings)  # checks its parameters only
+    DupefilterOptions.from_settings(settings)
+    WaitOptions.from_settings(settings)
+
+
 def build_backend(
     settings: BaseSettings, spider_name: str, server: Any = None, key: str | None = None
 ) -> DedupBackend:
@@ -149,6 +161,7 @@ __all__ = [
     "WindowedBloomBackend",
     "WindowedNativeBloomBackend",
     "build_backend",
+    "check_settings",
     "dupefilter_key",
     "get_backend_class",
 ]
