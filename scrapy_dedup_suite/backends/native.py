@@ -277,17 +277,19 @@ class NativeBloomBackend(DedupBackend):
         return [filter_report_of(self.info())]
 
     def info(self) -> dict[str, Any]:
-        info = super().info()
+        return {**super().info(), **self.describe()}
+
+    def describe(self) -> dict[str, Any]:
+        """What :meth:`info` says of the filter beyond its keys and memory."""
         p = self.params
-        info.update(
-            capacity=p.capacity,
-            error_rate=p.error_rate,
-            blocks=p.blocks,
-            expansion=p.expansion,
-            scaling=bool(p.expansion),
-        )
-        info.update(self.filter_report(self.prefixes))
-        return info
+        return {
+            "capacity": p.capacity,
+            "error_rate": p.error_rate,
+            "blocks": p.blocks,
+            "expansion": p.expansion,
+            "scaling": bool(p.expansion),
+            **self.filter_report(self.prefixes),
+        }
 
 
 class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
@@ -336,15 +338,13 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
         types[self.meta_key] = "hash"
         return types
 
-    def info(self) -> dict[str, Any]:
-        info = DedupBackend.info(self)
+    def describe(self) -> dict[str, Any]:
         p = self.params
-        info.update(
-            capacity_per_bucket=p.capacity,
-            error_rate=p.error_rate,
-            blocks=p.blocks,
-            expansion=p.expansion,
-            scaling=bool(p.expansion),
+        return {
+            "capacity_per_bucket": p.capacity,
+            "error_rate": p.error_rate,
+            "blocks": p.blocks,
+            "expansion": p.expansion,
+            "scaling": bool(p.expansion),
             **self.window_info(),
-        )
-        return info
+        }
