@@ -126,7 +126,8 @@ def check_settings(settings: BaseSettings) -> None:
     ``scrapy crawl`` with its own one-line error: raised from the engine's start, the
     same error is followed by Scrapy's shutdown tracebacks (Scrapy <= 2.19)."""
     cls = get_backend_class(value(settings, "DEDUP_BACKEND"))
-    cls.from_settings(None, "settings-check", settings)  # checks its parameters only
+    if cls in BACKENDS.values():  # (a backend of one's own is checked when it opens)
+        cls.from_settings(None, "settings-check", settings)  # its parameters; no Redis
     DupefilterOptions.from_settings(settings)
     WaitOptions.from_settings(settings)
 
