@@ -32,13 +32,8 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
-from scrapy_dedup_suite.embedded import (
-    EmbeddedRedis,
-    redis8_server,
-    redisbloom_module,
-    server_binary,
-    valkey9_server,
-)
+from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
+from tests.wheels import redis8_server, redisbloom_module, valkey9_server
 
 
 def fingerprints(n: int, salt: str) -> list[str]:

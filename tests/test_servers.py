@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from scrapy_dedup_suite.backends.native import NoBloomModuleError
-from scrapy_dedup_suite.embedded import packaged_file
 
 from .conftest import BACKENDS, NATIVE_ROWS, ROWS
 from .helpers import all_keys, connect, fingerprints
+from .wheels import packaged_file
 
 #: The servers, by the fixture that starts each (it skips, saying why, without it).
 KINDS = {
