@@ -20,7 +20,7 @@ from scrapy_dedup_suite.backends import (
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
 from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
-from scrapy_dedup_suite.options import value
+from scrapy_dedup_suite.settings_table import read
 
 from .set_to_bloom import MigrationError, Progress, SetToBloom
 
@@ -172,7 +172,7 @@ class Command(ScrapyCommand):
         settings = spider_settings(
             self.settings, opts.spider, "or name the set and the filter with --source and --target"
         ).copy()
-        configured = value(settings, "DEDUP_BACKEND")
+        configured = read(settings, "DEDUP_BACKEND")
         get_backend_class(configured)  # a misspelt DEDUP_BACKEND is refused, as by the crawl
         to = opts.to or (configured if configured in TARGETS else "bloom")
         settings.set("DEDUP_BACKEND", to, priority="cmdline")

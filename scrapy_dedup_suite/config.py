@@ -1,9 +1,9 @@
 """The checks behind every setting: each turns a value into its type or raises a
 :class:`DedupConfigError` that names the setting and the values allowed.
 
-:mod:`.options` reads the settings once into options objects with these checks;
-constructors use the same checks for values given by hand, so a backend built
-without a crawler gets the same clear errors.
+:mod:`.settings_table` gives each setting its check with its limits; options and
+constructors (values given by hand) go through it, so a backend built without a
+crawler gets the same clear errors.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from . import defaults
 from .exceptions import DedupConfigError
 
 _MISSING = object()
@@ -22,10 +21,6 @@ _MISSING = object()
 def _raw(settings: BaseSettings | dict[str, Any], name: str) -> Any:
     value = settings.get(name)
     return _MISSING if value is None else value
-
-
-def default(name: str) -> Any:
-    return getattr(defaults, name)
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -101,34 +96,6 @@ def check_float(
     ):
         raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
     return number
-
-
-def check_capacity(name: str, value: Any) -> int:
-    return check_int(name, value, minimum=1, allowed="a whole number of fingerprints >= 1")
-
-
-def check_error_rate(name: str, value: Any) -> float:
-    return check_float(
-        name,
-        value,
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        high_open=True,
-        allowed="a false-positive rate strictly between 0 and 1 (e.g. 0.001)",
-    )
-
-
-def check_expire(name: str, value: Any) -> float:
-    return check_float(
-        name,
-        value,
-        low=0.0,
-        high=100 * 365 * 86400.0,
-        low_open=True,
-        high_open=False,
-        allowed="a number of seconds > 0 (e.g. 604800 for 7 days)",
-    )
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

@@ -27,8 +27,8 @@ from redis.retry import Retry
 from scrapy.settings import BaseSettings, Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
-from . import config
 from .exceptions import DedupConfigError, RedisUnreachableError
+from .settings_table import read
 
 URL_HELP = (
     "REDIS_URL looks like redis://[user:password@]host:port/db, rediss://... or "
@@ -173,18 +173,8 @@ class SentinelOptions:
             listed = [part for part in listed.split(",") if part.strip()]
         if not isinstance(listed, (list, tuple)) or not listed:
             raise DedupConfigError(f"{SENTINEL_HELP}; got {listed!r}")
-        service = settings.get("DEDUP_REDIS_SENTINEL_SERVICE") or "mymaster"
-        if not isinstance(service, str):
-            raise DedupConfigError(
-                f"DEDUP_REDIS_SENTINEL_SERVICE must be the name the sentinels monitor the "
-                f"primary by (e.g. 'mymaster'), got {service!r}"
-            )
-        db = config.check_int(
-            "DEDUP_REDIS_SENTINEL_DB",
-            settings.get("DEDUP_REDIS_SENTINEL_DB", 0),
-            minimum=0,
-            allowed="a database number >= 0",
-        )
+        service = read(settings, "DEDUP_REDIS_SENTINEL_SERVICE")
+        db = read(settings, "DEDUP_REDIS_SENTINEL_DB")
         return cls(tuple(_address(item) for item in listed), service, db, None, extra)
 
     @classmethod
@@ -316,10 +306,7 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
             "REDIS_URL too, does not speak Sentinel: put the redis+sentinel:// URL in "
             "DEDUP_REDIS_URL, or use DEDUP_REDIS_SENTINELS"
         )
-    cluster = config.check_bool(
-        "DEDUP_REDIS_CLUSTER",
-        settings.get("DEDUP_REDIS_CLUSTER", config.default("DEDUP_REDIS_CLUSTER")),
-    )
+    cluster = read(settings, "DEDUP_REDIS_CLUSTER")
     # The settings scrapy-redis reads, with the dupefilter's own URL.
     chosen = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
     chosen.set("REDIS_URL", url)

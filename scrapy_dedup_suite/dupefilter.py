@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
-from . import advice, batch, config
+from . import advice, batch
 from .backends import (  # noqa: F401 - dupefilter_key re-exported
     DedupBackend,
     build_backend,
@@ -45,7 +45,8 @@ from .exceptions import DedupBackendError, DedupConfigError
 from .failures import FAILURES, ErrorPolicy, is_transient, translate
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
 from .local_cache import KnownFingerprints
-from .options import ON_ERROR, DupefilterOptions, check_local_cache, check_retries
+from .options import DupefilterOptions
+from .settings_table import check, default
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -78,9 +79,9 @@ class RFPDupeFilter(BaseDupeFilter):
         *,
         fingerprint: Callable[[Request], str] | None = None,
         stats: StatsCollector | None = None,
-        on_error: str = config.default("DEDUP_ON_ERROR"),
-        retries: int = config.default("DEDUP_ERROR_RETRIES"),
-        local_cache: int = config.default("DEDUP_LOCAL_CACHE"),
+        on_error: str = default("DEDUP_ON_ERROR"),
+        retries: int = default("DEDUP_ERROR_RETRIES"),
+        local_cache: int = default("DEDUP_LOCAL_CACHE"),
         settings: BaseSettings | None = None,
     ) -> None:
         if not isinstance(backend, DedupBackend):
@@ -102,7 +103,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.stats = stats
         #: DEDUP_ON_ERROR, DEDUP_ERROR_RETRIES, and whether the crawl is closing.
         self.policy = ErrorPolicy(
-            config.check_choice("DEDUP_ON_ERROR", on_error, ON_ERROR), check_retries(retries)
+            check("DEDUP_ON_ERROR", on_error), check("DEDUP_ERROR_RETRIES", retries)
         )
         self.logdupes = True
         #: The setting that chose the server, for the start-up error.
@@ -130,7 +131,7 @@ class RFPDupeFilter(BaseDupeFilter):
         #: request_seen answers "new" for them without a round trip.
         self.admitted = batch.Admitted()
         self.known: KnownFingerprints | None = None
-        local_cache = check_local_cache(local_cache)
+        local_cache = check("DEDUP_LOCAL_CACHE", local_cache)
         if local_cache and backend.capabilities.stable_answers:
             self.known = KnownFingerprints(local_cache)
         elif local_cache:
@@ -338,7 +339,7 @@ class RFPDupeFilter(BaseDupeFilter):
         if value is None:
             return None
         try:
-            return config.check_expire("request.meta['dedup_expire']", value)
+            return check("DEDUP_EXPIRE", value, "request.meta['dedup_expire']")
         except DedupConfigError as exc:
             if self.stats is not None:
                 self.stats.inc_value("dedup/invalid_expire")

@@ -40,7 +40,7 @@ from redis.exceptions import LockError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from . import config, scripts
+from . import scripts
 from .backends import DedupBackend, admission
 from .backends.base import (
     as_str,
@@ -48,6 +48,7 @@ from .backends.base import (
     janitor_state_key,
 )
 from .options import JanitorOptions
+from .settings_table import check, default
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -131,24 +132,14 @@ class Janitor:
         self,
         backend: DedupBackend,
         *,
-        batch: int = config.default("DEDUP_JANITOR_BATCH"),
-        lock_timeout: float = config.default("DEDUP_JANITOR_LOCK_TIMEOUT"),
+        batch: int = default("DEDUP_JANITOR_BATCH"),
+        lock_timeout: float = default("DEDUP_JANITOR_LOCK_TIMEOUT"),
         on_scan: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self.backend = backend
         self.server = backend.server
-        self.batch = config.check_int(
-            "DEDUP_JANITOR_BATCH", batch, minimum=1, allowed="a whole number of fields >= 1"
-        )
-        self.lock_timeout = config.check_float(
-            "DEDUP_JANITOR_LOCK_TIMEOUT",
-            lock_timeout,
-            low=0.0,
-            high=86400.0,
-            low_open=True,
-            high_open=False,
-            allowed="a number of seconds > 0",
-        )
+        self.batch = check("DEDUP_JANITOR_BATCH", batch)
+        self.lock_timeout = check("DEDUP_JANITOR_LOCK_TIMEOUT", lock_timeout)
         #: Called with (shard key, candidate fields) after each scan, before the purge.
         self.on_scan = on_scan
         self.state_key = janitor_state_key(backend.key)

@@ -9,10 +9,10 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from .. import config
 from ..connection import get_redis
 from ..exceptions import DedupConfigError
-from ..options import DupefilterOptions, WaitOptions, value
+from ..options import DupefilterOptions, WaitOptions
+from ..settings_table import read
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
 from .hash import HashBackend
@@ -75,9 +75,7 @@ def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) 
     """``SCHEDULER_DUPEFILTER_KEY`` if the project sets it, else the backend's default."""
     template = settings.get("SCHEDULER_DUPEFILTER_KEY")
     if template is None:
-        template = config.default("DEDUP_DEFAULT_KEYS").get(
-            backend_name, config.default("DEDUP_DEFAULT_KEY")
-        )
+        template = BACKENDS.get(backend_name, DedupBackend).default_key
     if not isinstance(template, str):
         raise DedupConfigError(
             "SCHEDULER_DUPEFILTER_KEY must be a string such as '%(spider)s:dupefilter', "
@@ -125,7 +123,7 @@ def check_settings(settings: BaseSettings) -> None:
     middleware, the janitor and summary extensions) call it, so that a bad setting ends
     ``scrapy crawl`` with its own one-line error: raised from the engine's start, the
     same error is followed by Scrapy's shutdown tracebacks (Scrapy <= 2.19)."""
-    cls = get_backend_class(value(settings, "DEDUP_BACKEND"))
+    cls = get_backend_class(read(settings, "DEDUP_BACKEND"))
     if cls in BACKENDS.values():  # (a backend of one's own is checked when it opens)
         cls.from_settings(None, "settings-check", settings)  # its parameters; no Redis
     DupefilterOptions.from_settings(settings)
@@ -139,7 +137,7 @@ def build_backend(
 
     ``key`` replaces the base key derived from ``SCHEDULER_DUPEFILTER_KEY``.
     """
-    cls = get_backend_class(value(settings, "DEDUP_BACKEND"))
+    cls = get_backend_class(read(settings, "DEDUP_BACKEND"))
     if server is None:
         server = get_redis(settings)
     if key is None:

@@ -65,6 +65,8 @@ class DedupBackend(ABC):
 
     #: The name ``DEDUP_BACKEND`` selects this backend by.
     name: ClassVar[str] = ""
+    #: The base key when SCHEDULER_DUPEFILTER_KEY is not set (``%(spider)s``: the spider).
+    default_key: ClassVar[str] = "%(spider)s:dedup"
     #: What the backend is and can do (see capabilities.py), declared by each class.
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: How long a fingerprint stays seen, in seconds (``expiring_fingerprints``).

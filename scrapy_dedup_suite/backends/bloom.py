@@ -21,11 +21,12 @@ from typing import Any
 from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
-from .. import config, scripts
+from .. import scripts
 from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
 from ..failures import script_failure
 from ..options import BloomOptions
+from ..settings_table import default
 from . import admission
 from .base import (
     DedupBackend,
@@ -48,7 +49,7 @@ def block_prefix(key: str, block: int) -> str:
 
 def default_params() -> BloomParams:
     return BloomParams.from_capacity(
-        config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE")
+        default("DEDUP_BLOOM_CAPACITY"), default("DEDUP_BLOOM_ERROR_RATE")
     )
 
 
@@ -248,6 +249,7 @@ class BlockedBloom(DedupBackend):
 
 class BloomBackend(BlockedBloom):
     name = "bloom"
+    default_key = "%(spider)s:bloomfilter"
     capabilities = Capabilities(
         probabilistic=True,
         hex_fingerprints=True,

@@ -13,16 +13,17 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .. import config, scripts
+from .. import scripts
+from ..settings_table import default
 from ..windows import Bucket, Live, LiveBuckets, WindowSpec
 from .base import as_str
 
 
 def default_window() -> WindowSpec:
     return WindowSpec.parse(
-        config.default("DEDUP_WINDOW"),
-        config.default("DEDUP_WINDOW_COUNT"),
-        config.default("DEDUP_WINDOW_TZ"),
+        default("DEDUP_WINDOW"),
+        default("DEDUP_WINDOW_COUNT"),
+        default("DEDUP_WINDOW_TZ"),
     )
 
 

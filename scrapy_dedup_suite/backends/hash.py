@@ -20,18 +20,16 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .. import config, scripts
+from .. import scripts
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
+from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
 from .capabilities import Capabilities
 from .keys import META, meta_key
 
 logger = logging.getLogger(__name__)
-
-#: The most shards a hash filter may have (a few times a large cluster's masters).
-MAX_SHARDS = 4096
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,7 @@ FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
 
 class HashBackend(DedupBackend):
     name = "hash"
+    default_key = "%(spider)s:dedup-hash"
     # purge_keys() is empty where the server expires the fields itself.
     capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
     spread_setting = "DEDUP_HASH_SHARDS"
@@ -70,8 +69,8 @@ class HashBackend(DedupBackend):
         server: Any,
         key: str,
         *,
-        expire: float = config.default("DEDUP_EXPIRE"),
-        shards: int = config.default("DEDUP_HASH_SHARDS"),
+        expire: float = default("DEDUP_EXPIRE"),
+        shards: int = default("DEDUP_HASH_SHARDS"),
         field_expiry: bool | None = None,
     ) -> None:
         """``field_expiry``: True for the server's hash-field expiry, False for the
@@ -80,15 +79,8 @@ class HashBackend(DedupBackend):
         super().__init__(server, key)
         self.field_expiry = field_expiry
         self._expiry: Expiry | None = None
-        self.expire = config.check_expire("DEDUP_EXPIRE", expire)
-        self.shards = config.check_int(
-            "DEDUP_HASH_SHARDS",
-            shards,
-            minimum=1,
-            maximum=MAX_SHARDS,
-            allowed=f"a whole number of hashes from 1 to {MAX_SHARDS:,} (each is checked at "
-            "open and scanned by the janitor)",
-        )
+        self.expire = check("DEDUP_EXPIRE", expire)
+        self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
         self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
         # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
@@ -197,7 +189,7 @@ class HashBackend(DedupBackend):
 
     @staticmethod
     def _to_ms(expire: float) -> int:
-        return max(1, round(config.check_expire("request.meta['dedup_expire']", expire) * 1000))
+        return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
 
     def shard(self, fingerprint: str) -> int:
         if self.shards == 1:

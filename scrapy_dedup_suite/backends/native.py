@@ -31,11 +31,12 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .. import config, scripts
+from .. import scripts
 from ..bloom_math import NativeParams, native_error_rate
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import NativeBloomOptions, WindowOptions
+from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
 from .base import (
@@ -68,7 +69,7 @@ class NoBloomModuleError(DedupConfigError):
 
 def default_native_params() -> NativeParams:
     return NativeParams.create(
-        config.default("DEDUP_BLOOM_CAPACITY"), config.default("DEDUP_BLOOM_ERROR_RATE"), 0, 0
+        default("DEDUP_BLOOM_CAPACITY"), default("DEDUP_BLOOM_ERROR_RATE"), 0, 0
     )
 
 
@@ -76,6 +77,7 @@ class NativeBloomBackend(DedupBackend):
     """Fingerprints in the server's own Bloom filters, one per block."""
 
     name = "native-bloom"
+    default_key = "%(spider)s:native-bloom"
     capabilities = Capabilities(probabilistic=True, report_fill=True, stable_answers=True)
     spread_setting = "DEDUP_BLOOM_BLOCKS"
     add_script = scripts.NATIVE_ADD
@@ -297,6 +299,7 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
     themselves when they leave the window (see windowed-bloom for the semantics)."""
 
     name = "windowed-native-bloom"
+    default_key = "%(spider)s:windowed-native-bloom"
     capabilities = Capabilities(
         probabilistic=True, expiring_keys=True, report_fill=True, restore_expiry=True
     )

@@ -17,6 +17,7 @@ from .capabilities import Capabilities
 
 class SetBackend(DedupBackend):
     name = "set"
+    default_key = "%(spider)s:dupefilter"
     capabilities = Capabilities(count=True, stable_answers=True)
     add_script = scripts.SET_ADD
 

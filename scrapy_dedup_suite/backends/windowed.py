@@ -37,6 +37,7 @@ from .shape import layer_summary
 
 class WindowedBloomBackend(Windowed, BlockedBloom):
     name = "windowed-bloom"
+    default_key = "%(spider)s:windowed-bloom"
     capabilities = Capabilities(
         probabilistic=True,
         hex_fingerprints=True,

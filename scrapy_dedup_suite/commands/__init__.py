@@ -60,9 +60,9 @@ def target_backend(settings: Settings, opts: argparse.Namespace) -> tuple[Settin
 
 def settings_value(settings: Settings, name: str, option: Any) -> Any:
     """A command-line option when given, else the setting (else its default)."""
-    from ..options import value
+    from ..settings_table import read
 
-    return option if option is not None else value(settings, name)
+    return option if option is not None else read(settings, name)
 
 
 def say_unreachable(

@@ -17,7 +17,7 @@ from ..backends.keys import meta_key
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
-from ..options import value
+from ..settings_table import read
 from . import say_unreachable, spider_settings
 
 #: Fields of a hash shard read per shard to estimate how many have expired.
@@ -60,7 +60,7 @@ class Command(ScrapyCommand):
         settings = spider_settings(self.settings, opts.spider, "or name the key with --key KEY")
         try:
             # What a crawl refuses, dedup-info refuses: a misspelt DEDUP_BACKEND too.
-            get_backend_class(value(settings, "DEDUP_BACKEND"))
+            get_backend_class(read(settings, "DEDUP_BACKEND"))
             server = get_redis(settings)
         except DedupError as exc:
             print(f"dedup-info: {exc}", file=sys.stderr)

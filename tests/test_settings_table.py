@@ -1,0 +1,63 @@
+"""The settings table: README's tables are made from it, every setting the package
+reads is in it, and each default passes its own check. No Redis."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from scrapy_dedup_suite import settings_table
+from scrapy_dedup_suite.exceptions import DedupConfigError
+from scrapy_dedup_suite.settings_table import SETTINGS, TABLE, Whole, read
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_tables_are_the_table():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme.count("<!-- settings:") == 2
+    assert settings_table.rewrite(readme) == readme, (
+        "README's settings tables differ from settings_table.py: run "
+        "python -m scrapy_dedup_suite.settings_table --write README.md"
+    )
+
+
+def test_every_setting_the_package_reads_is_in_the_table():
+    named = set()
+    for path in [
+        *(ROOT / "scrapy_dedup_suite").rglob("*.py"),
+        *(ROOT / "migrations").rglob("*.py"),
+    ]:
+        named |= set(re.findall(r'"(DEDUP_[A-Z_]+[A-Z])"', path.read_text(encoding="utf-8")))
+    assert named, "the scan found no setting names: the pattern is wrong"
+    missing = sorted(named - set(SETTINGS))
+    assert not missing, f"read by the package but not in settings_table.TABLE: {missing}"
+
+
+def test_names_are_unique_and_documented():
+    assert len(SETTINGS) == len(TABLE)
+    for setting in TABLE:
+        assert setting.help and setting.table in ("main", "janitor"), setting.name
+
+
+@pytest.mark.parametrize("setting", TABLE, ids=lambda s: s.name)
+def test_each_default_passes_its_own_check(setting):
+    assert read({}, setting.name) == setting.check(setting.default)
+
+
+@pytest.mark.parametrize(
+    "setting", [s for s in TABLE if isinstance(s.accepts, Whole)], ids=lambda s: s.name
+)
+def test_a_whole_number_out_of_its_limits_is_refused_in_one_line_naming_the_setting(setting):
+    limit = setting.accepts
+    bad = [limit.minimum - 1, "many"]
+    if limit.maximum is not None:
+        bad.append(limit.maximum + 1)
+        assert read({setting.name: limit.maximum}, setting.name) == limit.maximum
+    for value in bad:
+        with pytest.raises(DedupConfigError) as raised:
+            read({setting.name: value}, setting.name)
+        text = str(raised.value)
+        assert text.startswith(f"{setting.name} must be ") and "\n" not in text
