@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import redis
 from scrapy import Request
-from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom
+from scrapy_dedup_suite.migrations import SetMigration
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.bloom_math import BloomParams
@@ -323,14 +323,14 @@ def migration(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> 
             break
     sscan = read / (time.perf_counter() - start)
     target = BloomBackend(r, "m:bloomfilter", BloomParams.from_capacity(n, ERROR_RATE))
-    report = SetToBloom(target, "m:dupefilter").run()
+    report = SetMigration(target, "m:dupefilter").run()
     # Into a new scalable filter configured for a tenth of the set: the migration sizes
     # its first layer from the set and takes the bulk path, counting per block.
     from scrapy_dedup_suite.bloom_math import Scaling
 
     growth = Scaling()
     first = growth.first_layer(max(1, n // 10), ERROR_RATE)
-    scalable = SetToBloom(BloomBackend(r, "m:scalable", first, growth), "m:dupefilter").run()
+    scalable = SetMigration(BloomBackend(r, "m:scalable", first, growth), "m:dupefilter").run()
     res.migration = {
         "members": n,
         "fingerprints_per_s": report.rate,

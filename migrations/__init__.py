@@ -1,5 +1,23 @@
 """Data migrations of scrapy_dedup_suite: converting what scrapy-redis stored.
 
-- :mod:`scrapy_dedup_suite.migrations.set_to_bloom`: a scrapy-redis fingerprint set into the bits
-  of a ``bloom`` or ``windowed-bloom`` filter (``scrapy migrate-set-to-bloom``).
+``scrapy migrate-set-to-bloom`` (:mod:`.command`) moves a scrapy-redis fingerprint set
+(:mod:`.source`) into a filter of ``MIGRATION_TARGETS`` (bloom, windowed-bloom, hash,
+native-bloom, windowed-native-bloom): :mod:`.migration` checks and plans it, a writer of
+:mod:`.writers` writes it (bits in bulk, or the target's own check-and-add), and
+:mod:`.report` says what was done.
 """
+
+from .errors import MigrationError, SourceError, TargetError, VerificationError
+from .migration import SetMigration
+from .report import Plan, Progress, Report
+
+__all__ = [
+    "MigrationError",
+    "Plan",
+    "Progress",
+    "Report",
+    "SetMigration",
+    "SourceError",
+    "TargetError",
+    "VerificationError",
+]

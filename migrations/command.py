@@ -22,7 +22,9 @@ from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
 from scrapy_dedup_suite.settings_table import read
 
-from .set_to_bloom import MigrationError, Progress, SetToBloom
+from .errors import MigrationError
+from .migration import SetMigration
+from .report import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +169,7 @@ class Command(ScrapyCommand):
             print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
             self.exitcode = 1
 
-    def _migration(self, opts: argparse.Namespace, progress: Progress) -> SetToBloom:
+    def _migration(self, opts: argparse.Namespace, progress: Progress) -> SetMigration:
         assert self.settings is not None
         settings = spider_settings(
             self.settings, opts.spider, "or name the set and the filter with --source and --target"
@@ -179,7 +181,7 @@ class Command(ScrapyCommand):
         spider = opts.spider or ""
         source = opts.source or dupefilter_key(settings, "set", spider)
         target = build_backend(settings, spider, key=opts.target)
-        return SetToBloom(
+        return SetMigration(
             target,  # type: ignore[arg-type]
             source,
             batch=opts.batch,

@@ -10,7 +10,7 @@ from typing import Any
 
 from scrapy_dedup_suite.config import human_bytes
 
-logger = logging.getLogger("scrapy_dedup_suite.migrations.set_to_bloom")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -15,17 +15,16 @@ Each also checks every member afterwards (``--verify all``) in its own way.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 from scrapy_dedup_suite import scripts
-from scrapy_dedup_suite.backends.base import as_str
 from scrapy_dedup_suite.backends.bloom import block_prefix
-from scrapy_dedup_suite.backends.keys import layers_key, migrating_key
+from scrapy_dedup_suite.backends.keys import as_str, layers_key, migrating_key
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 
-if TYPE_CHECKING:
-    from .set_to_bloom import Report, SetToBloom
+from .report import Report
+from .source import SetSource
 
 #: Bytes per SETRANGE when uploading a round's bitmap (each call stays short).
 UPLOAD_CHUNK = 4 << 20
@@ -38,14 +37,28 @@ def tmp_key(key: str, block: int) -> str:
 
 
 class Writer(ABC):
-    """Writes a migration's rounds into its target and checks them all afterwards."""
+    """Writes rounds of ``source``'s members into ``target`` and checks them all
+    afterwards. ``accepts``: the members the target can hold (others are skipped);
+    ``progress(done, total)``: called as members are read."""
 
+    #: The name a migration records for --resume (see WRITERS).
     mode: ClassVar[str]
 
-    def __init__(self, migration: SetToBloom) -> None:
-        self.migration = migration
-        self.target = migration.target
-        self.server = migration.server
+    def __init__(
+        self,
+        target: Any,
+        source: SetSource,
+        *,
+        round_size: int,
+        accepts: Callable[[str], bool],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.server = target.server
+        self.source = source
+        self.round_size = round_size
+        self.accepts = accepts
+        self.progress = progress
 
     @abstractmethod
     def round(self, cursor: int, report: Report, token: str) -> tuple[int, int]:
@@ -57,8 +70,8 @@ class Writer(ABC):
         """Every source member checked against the target: (missing, checked)."""
 
     def _progress(self, report: Report, read: int) -> None:
-        if self.migration.progress is not None:
-            self.migration.progress(report.migrated + read, report.plan.members)
+        if self.progress is not None:
+            self.progress(report.migrated + read, report.plan.members)
 
 
 class ScriptWriter(Writer):
@@ -66,11 +79,11 @@ class ScriptWriter(Writer):
 
     def round(self, cursor: int, report: Report, token: str) -> tuple[int, int]:
         read = 0
-        for next_cursor, batch in self.migration.scan(cursor, self.migration.round_size):
+        for next_cursor, batch in self.source.scan(cursor, self.round_size):
             cursor = next_cursor
             read += len(batch)
             members = [as_str(m) for m in batch]
-            accepts = self.migration.accepts
+            accepts = self.accepts
             good = [m for m in members if accepts(m)]
             report.skipped += [m for m in members if not accepts(m)]
             self.target.add_many(good)
@@ -81,8 +94,8 @@ class ScriptWriter(Writer):
         """Every member checked with the target's own membership script."""
         missing: list[str] = []
         checked = 0
-        for _, batch in self.migration.scan(0):
-            members = [m for m in (as_str(x) for x in batch) if self.migration.accepts(m)]
+        for _, batch in self.source.scan(0):
+            members = [m for m in (as_str(x) for x in batch) if self.accepts(m)]
             found = self.target.contains_many(members)
             missing += [m for m, ok in zip(members, found) if not ok]
             checked += len(members)
@@ -114,7 +127,7 @@ class BitsWriter(Writer):
         maps: dict[int, Any] = {}
         counts: dict[int, int] = {}
         read = 0
-        for next_cursor, batch in self.migration.scan(cursor, self.migration.round_size):
+        for next_cursor, batch in self.source.scan(cursor, self.round_size):
             cursor = next_cursor
             read += len(batch)
             for block, offsets in positions(batch, p, report.skipped):
@@ -167,7 +180,7 @@ class BitsWriter(Writer):
             stored[block] = np.frombuffer(bytes(data.ljust(size, b"\0")), np.uint8)
         missing: list[str] = []
         checked = 0
-        for _, members in self.migration.scan(0):
+        for _, members in self.source.scan(0):
             skipped: list[str] = []
             for block, offsets, chosen in positions(members, p, skipped, with_members=True):
                 bits = stored[block][offsets >> np.uint64(3)] & (

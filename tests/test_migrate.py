@@ -11,7 +11,8 @@ import sys
 import time
 
 import pytest
-from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom, VerificationError, positions
+from scrapy_dedup_suite.migrations import SetMigration, VerificationError
+from scrapy_dedup_suite.migrations.writers import positions
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
@@ -64,7 +65,7 @@ def test_bulk_bits_are_what_the_lua_sets(server):
     by_lua.open()
     by_lua.add_many(fps)
     bulk = BloomBackend(server, "bulk", params)
-    SetToBloom(bulk, "src", batch=700, round_size=2000).run()
+    SetMigration(bulk, "src", batch=700, round_size=2000).run()
     for a, b in zip(by_lua.block_keys, bulk.block_keys):
         assert server.get(a) == server.get(b)
 
@@ -111,7 +112,7 @@ def test_into_the_current_bucket_of_a_windowed_filter(server):
     target = WindowedBloomBackend(
         server, "w", BloomParams.from_capacity(10_000, 0.001), WindowSpec.parse("day", 3)
     )
-    report = SetToBloom(target, "src").run()
+    report = SetMigration(target, "src").run()
     assert report.migrated == 3000 and report.verified == 3000
     current = target.live_keys()[0][0]
     assert 0 < server.pttl(current) <= 3 * 86400 * 1000
@@ -135,7 +136,7 @@ def test_crawler_writes_during_migration_are_kept(server):
             assert target.check_and_add(fp) is False
             written.append(fp)
 
-    SetToBloom(target, "src", batch=500, round_size=5000, progress=crawler_writes).run()
+    SetMigration(target, "src", batch=500, round_size=5000, progress=crawler_writes).run()
     assert written == live
     assert all(target.contains_many(live))
     assert all(target.contains_many(fps))
@@ -155,19 +156,19 @@ def test_resume_after_an_interrupted_run(server):
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        SetToBloom(target, "src", batch=1000, round_size=5000, progress=die_in_round_three).run()
+        SetMigration(target, "src", batch=1000, round_size=5000, progress=die_in_round_three).run()
     state = server.hgetall("t:migration")
     # Two rounds were merged and checkpointed (SSCAN's COUNT is a hint: about 5,000 each).
     assert int(state[b"cursor"]) != 0
     assert 10_000 <= int(state[b"migrated"]) < 12_000
-    report = SetToBloom(target, "src", batch=1000, round_size=5000, verify="all").run(resume=True)
+    report = SetMigration(target, "src", batch=1000, round_size=5000, verify="all").run(resume=True)
     assert report.resumed
     assert report.migrated == 30_000
     assert not server.exists("t:migration")
     assert not [k for k in all_keys(server) if b"migrating" in k]
     # A rerun from scratch only sets bits that are set already.
     before = server.get(target.block_keys[0])
-    SetToBloom(target, "src").run()
+    SetMigration(target, "src").run()
     assert server.get(target.block_keys[0]) == before
 
 
@@ -270,14 +271,14 @@ def test_resume_near_capacity_is_not_refused(server):
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        SetToBloom(target, "src", batch=500, round_size=1000, progress=die_after_half).run()
-    plan = SetToBloom(target, "src").plan()
+        SetMigration(target, "src", batch=500, round_size=1000, progress=die_after_half).run()
+    plan = SetMigration(target, "src").plan()
     assert plan.items_already > 3000  # so already + 7,000 members would exceed 10,000
     assert plan.items_already + plan.new_members < 10_000
-    report = SetToBloom(target, "src", verify="all").run(resume=True)
+    report = SetMigration(target, "src", verify="all").run(resume=True)
     assert report.verified == 7000
     # Running it all again is harmless and not refused either.
-    assert SetToBloom(target, "src").run().migrated == 7000
+    assert SetMigration(target, "src").run().migrated == 7000
 
 
 @pytest.mark.subprocess
@@ -312,7 +313,7 @@ def test_delete_source_removes_only_what_the_target_holds(server):
     target = BloomBackend(server, "t", BloomParams.from_capacity(100_000, 0.001))
     late = fingerprints(137, salt="late")
 
-    class CrawlersAdd(SetToBloom):
+    class CrawlersAdd(SetMigration):
         def _verify(self, report):
             super()._verify(report)
             server.sadd("src", *late)  # crawlers go on writing to the set meanwhile
@@ -332,14 +333,14 @@ def test_delete_source_removes_only_what_the_target_holds(server):
 
 
 def test_a_set_migrates_into_the_hash_backend(server):
-    from scrapy_dedup_suite.migrations.set_to_bloom import TargetError
+    from scrapy_dedup_suite.migrations import TargetError
 
     from scrapy_dedup_suite.backends import HashBackend, SetBackend
 
     members = [*fingerprints(3000), "not-a-hex-digest"]  # hash stores any string
     fill_set(server, "src", members)
     target = HashBackend(server, "t:h", shards=4, expire=3600)
-    migration = SetToBloom(target, "src", batch=500, round_size=1000, verify="all")
+    migration = SetMigration(target, "src", batch=500, round_size=1000, verify="all")
     plan = migration.plan()
     assert plan.capacity == 0 and plan.resulting_error_rate == 0.0
     assert "exact; each stays seen for 3,600 s (DEDUP_EXPIRE)" in plan.describe()
@@ -351,7 +352,7 @@ def test_a_set_migrates_into_the_hash_backend(server):
     # A set cannot be the target of a set.
     fill_set(server, "src2", fingerprints(10))
     with pytest.raises(TargetError, match="Choose bloom, windowed-bloom or hash"):
-        SetToBloom(SetBackend(server, "t:s"), "src2")
+        SetMigration(SetBackend(server, "t:s"), "src2")
     assert server.keys("t:s*") == []
 
 
@@ -405,5 +406,5 @@ def test_failed_verification_keeps_the_source(server, monkeypatch):
     monkeypatch.setattr(BitsWriter, "_merge", lambda self, maps, counts, token: None)
     target = BloomBackend(server, "t", BloomParams.from_capacity(5000, 0.001))
     with pytest.raises(VerificationError, match="500 of 500 source fingerprints are not"):
-        SetToBloom(target, "src", sample=1000).run(delete_source=True)
+        SetMigration(target, "src", sample=1000).run(delete_source=True)
     assert server.scard("src") == 500

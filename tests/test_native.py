@@ -258,7 +258,7 @@ def test_dedup_info_reports_the_servers_filters(native, redis_settings):
 
 
 def test_a_set_migrates_into_native_bloom_resumably_and_verified(native):
-    from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom
+    from scrapy_dedup_suite.migrations import SetMigration
 
     members = [*fingerprints(6_000), "not-a-hex-digest"]  # the server hashes any string
     pipe = native.pipeline(transaction=False)
@@ -274,11 +274,11 @@ def test_a_set_migrates_into_native_bloom_resumably_and_verified(native):
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        SetToBloom(target, "src", batch=500, round_size=1000, progress=die_after_half).run()
-    plan = SetToBloom(target, "src").plan()
+        SetMigration(target, "src", batch=500, round_size=1000, progress=die_after_half).run()
+    plan = SetMigration(target, "src").plan()
     assert plan.target_exists and 2_500 < plan.items_already < len(members)
     assert "the server's Bloom filters (BF.*), 2 block(s), NONSCALING" in plan.describe()
-    report = SetToBloom(target, "src", verify="all").run(resume=True)
+    report = SetMigration(target, "src", verify="all").run(resume=True)
     assert report.resumed and report.verified == len(members) and report.skipped == []
     assert all(target.contains_many(members))
     info = target.info()
@@ -286,12 +286,12 @@ def test_a_set_migrates_into_native_bloom_resumably_and_verified(native):
 
 
 def test_a_set_larger_than_a_nonscaling_target_is_refused(native):
-    from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom, TargetError
+    from scrapy_dedup_suite.migrations import SetMigration, TargetError
 
     native.sadd("src", *fingerprints(500))
     target = NativeBloomBackend(native, "t:n", NativeParams.create(100, 0.01, 1, 0))
     with pytest.raises(TargetError, match="too small"):
-        SetToBloom(target, "src").run()
+        SetMigration(target, "src").run()
     assert native.keys("t:n*") == []
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 from scrapy.settings import Settings
-from scrapy_dedup_suite.migrations.set_to_bloom import SetToBloom
+from scrapy_dedup_suite.migrations import SetMigration
 from scrapy_dedup_suite.migrations.writers import LayeredBitsWriter
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
@@ -231,7 +231,7 @@ def test_migration_into_a_scalable_filter_sizes_its_first_layer(server):
     pipe.execute()
     scaling = Scaling()
     target = BloomBackend(server, "s:mig", scaling.first_layer(1000, 0.001, 3), scaling)
-    report = SetToBloom(target, "src", batch=1000, round_size=5000, verify="all").run()
+    report = SetMigration(target, "src", batch=1000, round_size=5000, verify="all").run()
     assert report.migrated == 12_000 and report.verified == 12_000
     # Sized from the source, with room for the members per block to vary: all of
     # them went into the first layer (the bulk path), each block counting its own.
@@ -248,7 +248,7 @@ def test_migration_into_a_scalable_filter_sizes_its_first_layer(server):
     # A second set into the existing filter grows layers instead of being refused.
     more = fingerprints(15_000, salt="more")
     server.sadd("src2", *more)
-    again = SetToBloom(crawler, "src2", batch=1000, verify="sample").run()
+    again = SetMigration(crawler, "src2", batch=1000, verify="sample").run()
     assert again.migrated == 15_000
     assert layer_states(server, crawler.block_keys)[0][0] >= 2
 
@@ -279,9 +279,9 @@ def test_a_resumed_migration_counts_each_round_once(server, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(LayeredBitsWriter, "_merge", dies_mid_round)
         with pytest.raises(Killed):
-            SetToBloom(target, "src", batch=1000, round_size=5000).run()
+            SetMigration(target, "src", batch=1000, round_size=5000).run()
     assert server.exists("s:res:migration")
-    report = SetToBloom(target, "src", batch=1000, round_size=5000, verify="all").run(resume=True)
+    report = SetMigration(target, "src", batch=1000, round_size=5000, verify="all").run(resume=True)
     assert report.resumed and report.verified == 12_000
     per_block = Counter(target.params.block_of(fp) for fp in members)
     counts = [count for _, count in layer_states(server, target.block_keys)]
@@ -301,7 +301,7 @@ def test_a_scalable_filter_created_meanwhile_is_not_swamped(server):
     scaling = Scaling()
     small = scaling.first_layer(1000, 0.001, 2)
 
-    class CrawlerOpensFirst(SetToBloom):
+    class CrawlerOpensFirst(SetMigration):
         def plan(self):
             plan = super().plan()
             BloomBackend(server, "s:swamp", small, scaling).open()

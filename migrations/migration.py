@@ -1,7 +1,8 @@
 """Convert a scrapy-redis fingerprint set into the bits of a Bloom filter (or into
 the hash backend, through its own check-and-add).
 
-How it runs (:meth:`SetToBloom.run`):
+How it runs (:meth:`SetMigration.run`), reading the set through
+:class:`.source.SetSource` and writing through one of the writers of ``writers.py``:
 
 1. Checks, before anything is written: the source exists and is a set; the
    target holds no key of another type and, if it exists, was built with the
@@ -27,68 +28,31 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, Union
+from collections.abc import Callable
+from typing import Any
 
-from scrapy_dedup_suite.backends import (
-    BloomBackend,
-    HashBackend,
-    NativeBloomBackend,
-    WindowedBloomBackend,
-)
-from scrapy_dedup_suite.backends.base import as_str, chunks, migration_state_key
+from scrapy_dedup_suite.backends import DedupBackend
+from scrapy_dedup_suite.backends.keys import as_str, migration_state_key
 from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
 
-from .report import Plan, Progress, Report
-from .writers import WRITERS, BitsWriter, Writer, positions
-
-__all__ = [
-    "MigrationError",
-    "Plan",
-    "Progress",
-    "Report",
-    "SetToBloom",
-    "SourceError",
-    "TargetError",
-    "VerificationError",
-    "positions",
-]
+from .errors import MigrationError, TargetError, VerificationError
+from .report import Plan, Report
+from .source import SetSource
+from .writers import WRITERS, BitsWriter, LayeredBitsWriter, ScriptWriter, Writer
 
 logger = logging.getLogger(__name__)
 
 
-class MigrationError(DedupError):
-    """The migration was refused or failed; ``exit_code`` says which way."""
-
-    exit_code = 1
-
-
-class SourceError(MigrationError):
-    exit_code = 3
-
-
-class TargetError(MigrationError):
-    exit_code = 4
-
-
-class VerificationError(MigrationError):
-    exit_code = 5
-
-
-Target = Union[BloomBackend, WindowedBloomBackend, HashBackend, NativeBloomBackend]
-
-
-class SetToBloom:
-    """Migrate the set at ``source`` into ``target`` (a Bloom backend, not opened yet)."""
+class SetMigration:
+    """Migrate the set at ``source`` into ``target`` (a backend of
+    ``MIGRATION_TARGETS``, not opened yet)."""
 
     def __init__(
         self,
-        target: Target,
+        target: DedupBackend,
         source: str,
         *,
         batch: int = 10_000,
@@ -105,31 +69,33 @@ class SetToBloom:
                 "The target is a set: the source already is what the set backend reads. "
                 "Choose bloom, windowed-bloom or hash (--to)."
             )
-        self.target = target
+        # A Bloom target's own members (params, scaling, layers...) are used only where
+        # it declares bulk_bits.
+        self.target: Any = target
         self.server = target.server
         self.source = source
-        self.batch = batch
+        self.set = SetSource(target.server, source, batch)
         self.round_size = max(round_size, batch)
         self.force = force
         self.verify_mode = verify
         self.sample = sample
         self.progress = progress
         self.state_key = migration_state_key(target.key)
-        # How the members are written (writers.py): a fixed filter's bits in bulk; a
-        # scalable one through its script, unless this migration creates it (then in
-        # bulk into a first layer sized for the set: see _size_first_layer).
-        # A Bloom target takes bits in bulk (BULK_TARGET); any other (hash) is written
-        # through its own check-and-add.
+        # How the members are written (writers.py): a Bloom target (bulk_bits) takes a
+        # fixed filter's bits in bulk; a scalable one through its script, unless this
+        # migration creates it (then in bulk into a first layer sized for the set: see
+        # _size_first_layer). Any other target (hash, the server's Bloom filters) is
+        # written through its own check-and-add.
         self.bulk = target.capabilities.bulk_bits
-        self.mode = self._default_mode()
+        self.writer_class: type[Writer] = self._default_writer()
         self.writer: Writer | None = None
         #: The members the target can hold (Bloom backends hash hex digests only).
         self.accepts: Callable[[str], bool] = (
             is_hex_fingerprint if target.capabilities.hex_fingerprints else (lambda member: True)
         )
 
-    def _default_mode(self) -> str:
-        return "bulk" if self.bulk and getattr(self.target, "scaling", None) is None else "script"
+    def _default_writer(self) -> type[Writer]:
+        return BitsWriter if self.bulk and self.target.scaling is None else ScriptWriter
 
     @property
     def params(self) -> BloomParams:
@@ -139,19 +105,8 @@ class SetToBloom:
 
     def plan(self) -> Plan:
         """Check everything and describe the migration; writes nothing."""
-        kind = as_str(self.server.type(self.source))
-        if kind == "none":
-            raise SourceError(
-                f"Source {self.source!r} does not exist. Give the set scrapy-redis wrote "
-                "(--source KEY, or --spider NAME for %(spider)s:dupefilter)."
-            )
-        if kind != "set":
-            raise SourceError(
-                f"Source {self.source!r} holds a {kind}, not a set of fingerprints; nothing was "
-                "written. Name the scrapy-redis fingerprint set with --source."
-            )
-        members = int(self.server.scard(self.source))
-        source_memory = int(self.server.memory_usage(self.source) or 0)
+        members = self.set.check()
+        source_memory = self.set.memory()
         try:
             exists = self.target.verify()
             if not exists and self.bulk:
@@ -174,47 +129,51 @@ class SetToBloom:
             # A scalable target grows: its capacity is that of every layer it may add.
             capacity = sum(layer.capacity for layer in self.target.layers)
             resulting = self.target.error_rate if already + new_members <= capacity else 1.0
-        plan = Plan(
-            source=self.source,
-            target=self.target.key,
-            backend=self.target.name,
-            members=members,
-            source_memory=source_memory,
+        return self._plan(
+            members,
+            source_memory,
+            exists,
             capacity=capacity,
             error_rate=self.target.error_rate,
             bits=p.total_bits,
             hashes=p.hashes,
             blocks=p.blocks,
             target_memory=p.memory_bytes,
-            target_exists=exists,
             items_already=already,
             resulting_error_rate=resulting,
             new_members=new_members,
             bucket=bucket,
             # Written through the script (an existing scalable target): layers may grow.
-            layers=len(self.target.layers) if self.mode == "script" else 0,
+            layers=len(self.target.layers) if self.writer_class is ScriptWriter else 0,
         )
-        return plan
 
-    def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
-        """The plan for an exact target (hash): no capacity, no false positives; each
-        fingerprint stays seen for the target's expiry from the migration on."""
-        info = self.target.info() if exists else {}
-        already = float(info.get("fields", 0))
+    def _plan(self, members: int, source_memory: int, exists: bool, **target: Any) -> Plan:
         return Plan(
             source=self.source,
             target=self.target.key,
             backend=self.target.name,
             members=members,
             source_memory=source_memory,
+            target_exists=exists,
+            **target,
+        )
+
+    def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
+        """The plan for an exact target (hash): no capacity, no false positives; each
+        fingerprint stays seen for the target's expiry from the migration on."""
+        info = self.target.info()
+        already = float(info["fields"]) if exists else 0.0
+        return self._plan(
+            members,
+            source_memory,
+            exists,
             capacity=0,
             error_rate=0.0,
             bits=0,
             hashes=0,
-            blocks=int(getattr(self.target, "shards", 1)),
+            blocks=int(info["shards"]),
             # About what the set takes (a field and its expiry against a member).
             target_memory=source_memory,
-            target_exists=exists,
             items_already=already,
             resulting_error_rate=0.0,
             new_members=members,
@@ -229,19 +188,16 @@ class SetToBloom:
         already = float(self.target.info().get("estimated_items", 0)) if exists else 0.0
         new_members = self._new_members(members) if exists else members
         capacity = p.block_capacity * p.blocks if not p.expansion else 0
-        return Plan(
-            source=self.source,
-            target=self.target.key,
-            backend=self.target.name,
-            members=members,
-            source_memory=source_memory,
+        return self._plan(
+            members,
+            source_memory,
+            exists,
             capacity=capacity,
             error_rate=p.error_rate,
             bits=0,
             hashes=0,
             blocks=p.blocks,
             target_memory=p.block_bytes * p.blocks,
-            target_exists=exists,
             items_already=already,
             resulting_error_rate=p.designed_rate(already + new_members),
             new_members=new_members,
@@ -251,8 +207,7 @@ class SetToBloom:
     def _new_members(self, members: int) -> int:
         """About how many of the source's members the existing target lacks (from a
         sample), so that what a resumed or repeated run finds is not counted twice."""
-        sample = [as_str(m) for m in self.server.srandmember(self.source, 2000)]
-        sample = [m for m in sample if self.accepts(m)]
+        sample = [m for m in self.set.sample(2000) if self.accepts(m)]
         if not sample:
             return members
         present = sum(self.target.contains_many(sample)) / len(sample)
@@ -266,7 +221,7 @@ class SetToBloom:
         scaling = self.target.scaling
         if scaling is None:
             return
-        self.mode = "bulk-layered"
+        self.writer_class = LayeredBitsWriter
         blocks = self.params.blocks
         per_block = members / blocks
         needed = math.ceil(members + blocks * (6 * math.sqrt(per_block) + 1)) if members else 0
@@ -316,8 +271,10 @@ class SetToBloom:
                 cursor = int(state.get("cursor", 0))
                 run_id = state.get("run", run_id)
                 planned_first = int(state.get("capacity", 0) or 0)
-                resumed = state.get("mode")
-                self.mode = "bulk-layered" if resumed == "bulk-layered" else self._default_mode()
+                resumed = WRITERS.get(state.get("mode", ""))
+                if resumed is not LayeredBitsWriter:
+                    resumed = self._default_writer()
+                self.writer_class = resumed
                 report.migrated = int(state.get("migrated", 0))
                 report.resumed = cursor != 0
             elif state:
@@ -327,7 +284,7 @@ class SetToBloom:
                 )
         planned = planned_first or (self.params.capacity if self.bulk else 0)
         self.target.open()  # creates the parameter record and allocates bitmaps
-        if self.mode == "bulk-layered" and self.target.params.capacity != planned:
+        if self.writer_class is LayeredBitsWriter and self.target.params.capacity != planned:
             # A crawler created the scalable filter between the plan and now (or
             # recreated it before --resume): its first layer cannot take the whole
             # set. Write through the filter's script instead, which adds layers.
@@ -339,16 +296,22 @@ class SetToBloom:
                 f"{self.target.params.capacity:,}",
                 f"{planned:,}",
             )
-            self.mode = "script"
+            self.writer_class = ScriptWriter
         if self.bulk:  # leftovers of an interrupted bulk run: a round is uploaded whole
             BitsWriter.delete_temporaries(self.target)
-        writer = self.writer = WRITERS[self.mode](self)
+        writer = self.writer = self.writer_class(
+            self.target,
+            self.set,
+            round_size=self.round_size,
+            accepts=self.accepts,
+            progress=self.progress,
+        )
         self.server.hset(
             self.state_key,
             mapping={
                 "source": self.source,
                 "cursor": cursor,
-                "mode": self.mode,
+                "mode": writer.mode,
                 "run": run_id,
                 "capacity": planned,
             },
@@ -377,59 +340,15 @@ class SetToBloom:
         Members skipped (not hex digests) and members crawlers added to the set
         while the migration ran, which it did not read, stay in the set; when none
         is left the set is gone (Redis deletes an empty set)."""
-        before = int(self.server.memory_usage(self.source) or 0)
-        for _, batch in self.scan(0):
+        before = self.set.memory()
+        for _, batch in self.set.scan(0):
             members = [as_str(m) for m in batch]
             good = [m for m in members if self.accepts(m)]
             found = self.target.contains_many(good)
-            held = [m for m, ok in zip(good, found) if ok]
-            for part in chunks(held, self.batch):
-                report.source_removed += int(self.server.srem(self.source, *part))
-        report.source_kept = int(self.server.scard(self.source))
+            report.source_removed += self.set.remove([m for m, ok in zip(good, found) if ok])
+        report.source_kept = self.set.size()
         report.source_deleted = report.source_kept == 0
-        report.memory_freed = before - int(self.server.memory_usage(self.source) or 0)
-
-    def scan(self, cursor: int, limit: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
-        """SSCAN batches from ``cursor`` until the end or ``limit`` members, read
-        ahead by a thread (the socket waits release the GIL) while we compute."""
-        batches: queue.Queue[Any] = queue.Queue(maxsize=8)
-        stop = threading.Event()
-
-        def put(item: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    batches.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def reader() -> None:
-            c, read = cursor, 0
-            try:
-                while True:
-                    c, members = self.server.sscan(self.source, c, count=self.batch)
-                    c = int(c)
-                    read += len(members)
-                    if not put((c, members)) or c == 0 or (limit and read >= limit):
-                        break
-            except Exception as exc:  # handed to the consumer
-                put(exc)
-            put(None)
-
-        thread = threading.Thread(target=reader, name="migrate-sscan", daemon=True)
-        thread.start()
-        try:
-            while True:
-                item = batches.get()
-                if item is None:
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            thread.join()
+        report.memory_freed = before - self.set.memory()
 
     # -- verification -------------------------------------------------------------------
 
@@ -438,12 +357,10 @@ class SetToBloom:
             assert self.writer is not None
             missing, checked = self.writer.verify_all(report)
         else:
+            skipped = set(report.skipped)
             sample = [
-                as_str(m)
-                for m in self.server.srandmember(self.source, self.sample)
-                if as_str(m) not in report.skipped
+                m for m in self.set.sample(self.sample) if m not in skipped and self.accepts(m)
             ]
-            sample = [m for m in sample if self.accepts(m)]
             found = self.target.contains_many(sample)
             missing = [fp for fp, ok in zip(sample, found) if not ok]
             checked = len(sample)
