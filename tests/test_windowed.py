@@ -180,6 +180,54 @@ def test_clear_removes_every_bucket(server):
     assert all_keys(server) == [b"t:w:0", b"{t:w:0}:notabucket"]
 
 
+def scans(server) -> int:
+    """SCAN calls every node of ``server`` has served."""
+    stats = server.info("commandstats")
+    if "cmdstat_scan" in stats or not stats:
+        return int(stats.get("cmdstat_scan", {}).get("calls", 0))
+    return sum(int(node.get("cmdstat_scan", {}).get("calls", 0)) for node in stats.values())
+
+
+def test_open_and_the_janitor_find_buckets_by_the_clock_not_by_scan(server):
+    """Opening, checking types and restoring expiries walk the recent buckets named by
+    the clock: no SCAN over a keyspace that may hold millions of other keys."""
+    clock = Clock(ts("2026-03-10T12:00:00"))
+    window = WindowSpec.parse("day", 3)
+    backend = WindowedBloomBackend(server, "t:w", PARAMS, window, clock=clock)
+    before = scans(server)
+    backend.open()
+    backend.add_many(fingerprints(10))
+    backend.restore_expiry()
+    backend.info()
+    assert scans(server) == before
+
+
+def test_a_bucket_that_lost_its_expiry_while_live_is_found_after_it_left(server):
+    """A bucket whose expiry was removed (a restore from a backup, say) outlives the
+    window; the janitor still finds it for a window's length after, and gives it an
+    expiry; clear() finds it too."""
+    clock = Clock(ts("2026-03-10T12:00:00"))
+    window = WindowSpec.parse("day", 3)
+    backend = WindowedBloomBackend(server, "t:w", PARAMS, window, clock=clock)
+    backend.open()
+    backend.add_many(fingerprints(10))
+    old = backend.live_keys()[0][0]
+    server.persist(old)
+    clock.now += 4 * 86400  # the bucket left the window a day ago
+    assert old not in [k for keys in backend.live_keys() for k in keys]
+    assert old in backend.bucket_keys_in_redis()
+    assert backend.clear() == 3  # the bucket, the block's stamp and the record
+    assert all_keys(server) == []
+    backend.open()
+    backend.add_many(fingerprints(10))
+    again = backend.live_keys()[0][0]
+    server.persist(again)
+    clock.now += 4 * 86400
+    assert backend.restore_expiry() == [again]
+    assert server.pttl(again) != -1  # it left the window: it goes at once
+    poll_until(lambda: not server.exists(again))  # by its restored expiry
+
+
 @pytest.mark.parametrize(
     ("window", "count", "tz", "match"),
     [

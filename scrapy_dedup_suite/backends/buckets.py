@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 from .. import scripts
 from ..settings_table import default
 from ..windows import Bucket, Live, LiveBuckets, WindowSpec
-from .base import as_str
 
 
 def default_window() -> WindowSpec:
@@ -77,16 +76,27 @@ class Windowed:
         match = self._bucket_re.match(key)
         return match.group(2) if match else None
 
+    def filter_keys(self, bucket_key: str) -> list[str]:
+        """Every key the filter of one block of one bucket may have."""
+        return [bucket_key]
+
     def bucket_keys_in_redis(self) -> list[str]:
-        """Every bucket key of this filter that exists now, live or not (SCAN)."""
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", "{" + self.key + ":") + "*"
-        found = []
-        for raw in self.server.scan_iter(match=pattern, count=1000):
-            key = as_str(raw)
-            match = self._bucket_re.match(key)
-            if match and int(match.group(1)) < len(self.prefixes):
-                found.append(key)
-        return sorted(found)
+        """The keys of this filter's recent buckets (the live ones and as many before
+        them) that exist now. Found from the clock, not by SCAN over the keyspace: a
+        bucket leaves Redis by its expiry as it leaves the window, so an older one
+        exists only if it lost its expiry while live and no janitor pass gave it back
+        for a whole window (the janitor restores it from here)."""
+        now = self.now()
+        candidates = [
+            key
+            for j in range(2 * self.window.count)
+            for block in range(len(self.prefixes))
+            for key in self.filter_keys(self.bucket_key(block, self.window.bucket(now, -j)))
+        ]
+        pipe = self.server.pipeline(transaction=False)
+        for key in candidates:
+            pipe.exists(key)
+        return sorted(key for key, n in zip(candidates, pipe.execute()) if n)
 
     def restore_expiry(self) -> list[str]:
         """restore_expiry: each bucket key that lost its expiry gets it back."""

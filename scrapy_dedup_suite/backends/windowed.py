@@ -97,13 +97,16 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
         for keys in self.live_keys():
             for bucket in keys:
                 # With a scalable shape its layer record too; layers that exist are
-                # found by the SCAN below.
+                # found by bucket_keys_in_redis.
                 live += [k for k in self.shape.filter_types(bucket) if k.endswith(LAYERS)]
                 live.append(bucket)
         keys = sorted({*live, *self.bucket_keys_in_redis(), *self.stamp_keys})
         types = {k: "hash" if k.endswith(LAYERS) else "string" for k in keys}
         types[self.meta_key] = "hash"
         return types
+
+    def filter_keys(self, bucket_key: str) -> list[str]:
+        return list(self.shape.filter_types(bucket_key))
 
     def bulk_target(self, block: int) -> tuple[str, int]:
         """The current bucket of ``block``, with the expiry it must carry."""
