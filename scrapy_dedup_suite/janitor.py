@@ -48,6 +48,7 @@ from .backends.base import (
     janitor_state_key,
 )
 from .options import JanitorOptions
+from .reports import FilterFill
 from .settings_table import check, default
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class JanitorReport:
     seconds: float = 0.0
     slowest_call_ms: float = 0.0
     restored_expiry: list[str] = field(default_factory=list)
-    filters: list[dict[str, Any]] = field(default_factory=list)
+    filters: list[FilterFill] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -101,24 +102,7 @@ class JanitorReport:
                 + (" (resumed)" if self.resumed else "")
             )
             parts.append(f"{self.calls:,} calls, slowest {self.slowest_call_ms:.2f} ms")
-        for f in self.filters:
-            label = f" bucket {f['label']}" if "label" in f else ""
-            if "layers" in f:
-                layers = ", ".join(
-                    f"layer {x['layer']} holds {x['items']:,} of {x['capacity']:,} items "
-                    f"({x['fill_ratio']:.0%} of its bits set)"
-                    for x in f["layers"]
-                )
-                parts.append(
-                    f"scalable filter{label}: about {f['estimated_items']:,.0f} items in "
-                    f"{len(f['layers'])} layer(s) ({layers}), false-positive rate now "
-                    f"{f['estimated_error_rate']:.3g}"
-                )
-                continue
-            parts.append(
-                f"filter{label}: fill {f['fill_ratio']:.2%}, about {f['estimated_items']:,.0f} "
-                f"items, false-positive rate now {f['estimated_error_rate']:.3g}"
-            )
+        parts += [fill.describe() for fill in self.filters]
         if self.restored_expiry:
             parts.append(f"restored the expiry of {len(self.restored_expiry)} bucket(s)")
         parts.append(f"{self.seconds:.2f} s")
@@ -203,11 +187,8 @@ class Janitor:
             report.purged = True
             self._purge(purge, report)
         if capabilities.report_fill:
-            for fill in backend.filter_reports():
-                report.filters.append(
-                    {k: v for k, v in fill.items() if k not in ("over_capacity", "error_rate")}
-                )
-                _capacity_warning(report, fill)
+            report.filters = backend.filter_reports()
+            report.warnings += [f.warning(backend.key) for f in report.filters if f.past_capacity]
         if capabilities.count:
             report.remaining = backend.count()
 
@@ -330,18 +311,6 @@ class Janitor:
     def _timed(self, report: JanitorReport, t0: float) -> None:
         report.calls += 1
         report.slowest_call_ms = max(report.slowest_call_ms, (time.perf_counter() - t0) * 1000)
-
-
-def _capacity_warning(report: JanitorReport, fill: dict[str, Any]) -> None:
-    if fill["over_capacity"] or fill["estimated_error_rate"] > fill["error_rate"]:
-        where = f" (bucket {fill['label']})" if "label" in fill else ""
-        report.warnings.append(
-            f"the Bloom filter at {report.key!r}{where} holds about "
-            f"{fill['estimated_items']:,.0f} items, past its capacity of {fill['capacity']:,}: "
-            f"its false-positive rate is now about {fill['estimated_error_rate']:.3g} "
-            f"(designed {fill['error_rate']}); new requests are being filtered as duplicates. "
-            "Size a new filter with a larger DEDUP_BLOOM_CAPACITY"
-        )
 
 
 def _parts(items: Sequence[str], size: int) -> list[Sequence[str]]:
@@ -468,8 +437,8 @@ def record(report: JanitorReport, stats: Any) -> None:
         stats.inc_value("dedup/janitor/restored_expiry", len(report.restored_expiry))
     if report.filters:
         newest = report.filters[0]
-        stats.set_value("dedup/janitor/fill_ratio", round(newest["fill_ratio"], 6))
-        stats.set_value("dedup/janitor/estimated_items", round(newest["estimated_items"]))
-        stats.set_value("dedup/janitor/estimated_error_rate", newest["estimated_error_rate"])
+        stats.set_value("dedup/janitor/fill_ratio", round(newest.fill_ratio, 6))
+        stats.set_value("dedup/janitor/estimated_items", round(newest.estimated_items))
+        stats.set_value("dedup/janitor/estimated_error_rate", newest.estimated_error_rate)
     if report.warnings:
         stats.inc_value("dedup/janitor/warnings", len(report.warnings))

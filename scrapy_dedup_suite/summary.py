@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 
 from .config import human_bytes
+from .reports import FilterFill
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -24,7 +25,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def summarize(info: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+def summarize(
+    info: dict[str, Any], fills: list[FilterFill], stats: dict[str, Any]
+) -> dict[str, Any]:
+    """The summary row: requests checked, Redis memory and, for Bloom filters
+    (``fills``), the fullest filter's fill and false-positive rate."""
     added = int(stats.get("dedup/added", 0))
     filtered = int(stats.get("dedup/filtered", 0))
     row: dict[str, Any] = {
@@ -35,12 +40,9 @@ def summarize(info: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
         "filtered": filtered,
         "redis_memory_bytes": info["memory_bytes"],
     }
-    filters = (
-        [info] if "fill_ratio" in info else [b for b in info.get("buckets", []) if b["exists"]]
-    )
-    if filters:
-        row["fill_ratio"] = max(f["fill_ratio"] for f in filters)
-        row["estimated_error_rate"] = max(f["estimated_error_rate"] for f in filters)
+    if fills:
+        row["fill_ratio"] = max(f.fill_ratio for f in fills)
+        row["estimated_error_rate"] = max(f.estimated_error_rate for f in fills)
     return row
 
 
@@ -90,7 +92,8 @@ class DedupSummary:
 
         backend = build_backend(self.crawler.settings, spider.name)
         try:
-            row = summarize(backend.info(), self.crawler.stats.get_stats())
+            fills = backend.filter_reports() if backend.capabilities.report_fill else []
+            row = summarize(backend.info(), fills, self.crawler.stats.get_stats())
         finally:
             backend.server.close()
         stats = self.crawler.stats

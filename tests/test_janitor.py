@@ -15,6 +15,7 @@ import pytest
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.janitor import Janitor
+from scrapy_dedup_suite.reports import FilterFill
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import ROOT, crawl, fingerprints, janitor_hash, setting_args, settings_for
@@ -121,24 +122,13 @@ def test_a_custom_backend_gets_what_it_declares(server):
 
         def filter_reports(self):
             n = self.count()
-            return [
-                {
-                    "fill_ratio": n / 100,
-                    "estimated_items": n,
-                    "estimated_error_rate": 0.5,
-                    "over_capacity": n > 100,
-                    "capacity": 100,
-                    "error_rate": 0.01,
-                }
-            ]
+            return [FilterFill(n / 100, n, 0.5, n > 100, capacity=100, error_rate=0.01)]
 
     backend = Audited(server, "t:audited")
     backend.add_many(fingerprints(150))
     report = Janitor(backend).run_pass()
     assert report.remaining == 150 and not report.purged
-    assert report.filters == [
-        {"fill_ratio": 1.5, "estimated_items": 150, "estimated_error_rate": 0.5, "capacity": 100}
-    ]
+    assert report.filters == [FilterFill(1.5, 150, 0.5, True, capacity=100, error_rate=0.01)]
     assert any("past its capacity of 100" in w for w in report.warnings)
     # Declaring nothing, a backend gets the lock and the report, and nothing else.
     plain = SetBackend(server, "t:audited")
@@ -276,8 +266,8 @@ def test_bloom_report_and_capacity_warning(server):
     backend.add_many(fingerprints(500))
     report = Janitor(backend).run_pass()
     (fill,) = report.filters
-    assert 0.2 < fill["fill_ratio"] < 0.4
-    assert fill["estimated_items"] == pytest.approx(500, rel=0.1)
+    assert 0.2 < fill.fill_ratio < 0.4
+    assert fill.estimated_items == pytest.approx(500, rel=0.1)
     assert report.warnings == []
     backend.add_many(fingerprints(2500, salt="more"))
     report = Janitor(backend).run_pass()
@@ -302,7 +292,7 @@ def test_windowed_expiry_restored(server):
     # The old bucket's moment has passed: it was given 1 ms to live.
     time.sleep(0.01)
     assert not server.exists(stale)
-    assert report.filters[0]["label"] == current.rsplit(":", 1)[1]
+    assert report.filters[0].label == current.rsplit(":", 1)[1]
 
 
 def test_extension_runs_during_a_crawl(tmp_path, site, redis_server, redis_settings, server):

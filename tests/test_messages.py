@@ -257,6 +257,8 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     as_json = scrapy_cmd("dedup-info", *common, "-s", "DEDUP_BLOOM_CAPACITY=50000", "--json")
     found = json.loads(as_json.stdout)
     assert found["bloom"]["stored"] and 290 < found["bloom"]["estimated_items"] < 310
+    (fill,) = found["bloom"]["filters"]  # the janitor's report of it, as JSON
+    assert fill["capacity"] == 50_000 and 290 < fill["estimated_items"] < 310
     assert found["hash"]["expired_in_sample"] == 100
     assert found["windowed-bloom"]["stored"] is False
     # It only reads: the keys are those written above, and no more.

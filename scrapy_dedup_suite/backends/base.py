@@ -16,6 +16,7 @@ from .. import scripts
 from ..connection import is_cluster, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
 from ..failures import cluster_node_error
+from ..reports import FilterFill
 from . import admission, calls, record
 from .calls import FailedCall, one_call
 from .capabilities import METHODS, Capabilities
@@ -39,17 +40,6 @@ logger = logging.getLogger(__name__)
 
 #: Bumped when the layout of the stored data changes incompatibly.
 LAYOUT_VERSION = "1"
-
-
-def filter_report_of(info: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
-    """The fill report (report_fill) of a one-filter backend from its ``info()``."""
-    keep = ("fill_ratio", "estimated_items", "estimated_error_rate", "over_capacity")
-    return {
-        **{k: info[k] for k in keep},
-        "capacity": info["capacity"],
-        "error_rate": info["error_rate"],
-        **extra,
-    }
 
 
 class DedupBackend(ABC):
@@ -393,10 +383,9 @@ class DedupBackend(ABC):
         the janitor purges once expired."""
         raise NotImplementedError
 
-    def filter_reports(self) -> list[dict[str, Any]]:
-        """report_fill: per filter (a time bucket has ``label`` and ``ttl_ms``): fill_ratio,
-        estimated_items, estimated_error_rate, over_capacity, capacity, error_rate and,
-        for a scalable filter, ``layers``."""
+    def filter_reports(self) -> list[FilterFill]:
+        """report_fill: each Bloom filter's fill (a time bucket's with its label and
+        expiry; a scalable filter's with its layers)."""
         raise NotImplementedError
 
     def restore_expiry(self) -> list[str]:

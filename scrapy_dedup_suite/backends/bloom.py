@@ -26,18 +26,18 @@ from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
 from ..failures import script_failure
 from ..options import BloomOptions
+from ..reports import FilterFill
 from ..settings_table import default
 from . import admission
 from .base import (
     DedupBackend,
     MetaSpec,
     as_str,
-    filter_report_of,
     migration_state_key,
 )
 from .capabilities import Capabilities
 from .keys import meta_key, migrating_key
-from .shape import Scalable, Shape, layer_summary, make_shape
+from .shape import Scalable, Shape, make_shape
 
 logger = logging.getLogger(__name__)
 
@@ -329,9 +329,9 @@ class BloomBackend(BlockedBloom):
     def bulk_fill(self) -> tuple[str, float]:
         return "", self.info()["estimated_items"]
 
-    def filter_reports(self) -> list[dict[str, Any]]:
+    def filter_reports(self) -> list[FilterFill]:
         info = self.info()
-        return [filter_report_of(info, **layer_summary(info))]
+        return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

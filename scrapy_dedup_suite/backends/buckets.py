@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from .. import scripts
+from ..reports import FilterFill
 from ..settings_table import default
 from ..windows import Bucket, Live, LiveBuckets, WindowSpec
 
@@ -113,28 +114,17 @@ class Windowed:
 
     # -- reports ---------------------------------------------------------------------------
 
-    def bucket_summary(self, bucket: dict[str, Any]) -> dict[str, Any]:
-        """What a bucket's report adds for the janitor (a scalable filter's layers)."""
-        return {}
-
-    def filter_reports(self) -> list[dict[str, Any]]:
-        """report_fill: one report per bucket in Redis."""
+    def filter_reports(self) -> list[FilterFill]:
+        """report_fill: one report per live bucket in Redis, the current one first."""
         info = self.info()  # type: ignore[attr-defined]
-        keep = (
-            "label",
-            "fill_ratio",
-            "estimated_items",
-            "estimated_error_rate",
-            "over_capacity",
-            "ttl_ms",
-        )
         return [
-            {
-                **{k: bucket[k] for k in keep},
-                "capacity": info["capacity_per_bucket"],
-                "error_rate": info["error_rate"],
-                **self.bucket_summary(bucket),
-            }
+            FilterFill.of(
+                bucket,
+                info["capacity_per_bucket"],
+                info["error_rate"],
+                label=bucket["label"],
+                ttl_ms=bucket["ttl_ms"],
+            )
             for bucket in info["buckets"]
             if bucket["exists"]
         ]

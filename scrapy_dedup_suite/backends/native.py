@@ -36,6 +36,7 @@ from ..bloom_math import NativeParams, native_error_rate
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import NativeBloomOptions, WindowOptions
+from ..reports import FilterFill
 from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
@@ -45,7 +46,6 @@ from .base import (
     DedupBackend,
     MetaSpec,
     as_str,
-    filter_report_of,
     migration_state_key,
 )
 from .bloom import block_prefix
@@ -275,8 +275,9 @@ class NativeBloomBackend(DedupBackend):
             "capacity_now": capacity_now,
         }
 
-    def filter_reports(self) -> list[dict[str, Any]]:
-        return [filter_report_of(self.info())]
+    def filter_reports(self) -> list[FilterFill]:
+        info = self.info()
+        return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), **self.describe()}

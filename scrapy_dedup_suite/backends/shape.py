@@ -61,14 +61,6 @@ def fill_report(params: BloomParams, set_bits: int) -> dict[str, Any]:
     }
 
 
-def layer_summary(info: dict[str, Any]) -> dict[str, Any]:
-    """Each layer's fill, for a scalable filter's report (nothing for a fixed one)."""
-    if "layers" not in info:
-        return {}
-    keep = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
-    return {"layers": [{k: layer[k] for k in keep} for layer in info["layers"]]}
-
-
 class Shape(ABC):
     """A Bloom filter's shape. ``params``: the filter, or a scalable one's first layer."""
 

@@ -32,7 +32,6 @@ from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
 from .capabilities import Capabilities
 from .keys import LAYERS
-from .shape import layer_summary
 
 
 class WindowedBloomBackend(Windowed, BlockedBloom):
@@ -116,9 +115,6 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
     def bulk_fill(self) -> tuple[str, float]:
         current = self.info()["buckets"][0]
         return current["label"], current["estimated_items"] if current["exists"] else 0.0
-
-    def bucket_summary(self, bucket: dict[str, Any]) -> dict[str, Any]:
-        return layer_summary(bucket)
 
     def info(self) -> dict[str, Any]:
         info = super().info()

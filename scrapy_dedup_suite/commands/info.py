@@ -17,6 +17,7 @@ from ..backends.keys import meta_key
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
+from ..reports import FilterFill
 from ..settings_table import read
 from . import say_unreachable, spider_settings
 
@@ -76,7 +77,7 @@ class Command(ScrapyCommand):
             self.exitcode = 1
             return
         if opts.json:
-            print(json.dumps(found, default=str), flush=True)
+            print(json.dumps(found, default=as_json), flush=True)
         else:
             print(render(opts.spider, found), flush=True)
 
@@ -108,11 +109,18 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             info = backend.info()
             info.pop("key", None)
             entry.update(info)
+            if backend.capabilities.report_fill:
+                entry["filters"] = backend.filter_reports()
             purged = backend.purge_keys() if backend.capabilities.purge_expired else []
             if purged:  # (none where the server expires a hash filter's fields)
                 entry.update(expired_share(server, purged))
         out[name] = entry
     return out
+
+
+def as_json(value: Any) -> Any:
+    """A typed report (FilterFill) as its fields; anything else as text."""
+    return value.as_dict() if isinstance(value, FilterFill) else str(value)
 
 
 def expired_share(server: Any, shards: list[str]) -> dict[str, Any]:
@@ -168,9 +176,7 @@ def render(spider: str, found: dict[str, Any]) -> str:
         if "capacity" in e:
             lines.append(
                 f"    capacity {e['capacity']:,} at error rate {e['error_rate']:.3g}, "
-                f"{e['blocks']} block(s); fill {e['fill_ratio']:.2%}, about "
-                f"{e['estimated_items']:,.0f} items, false-positive rate now "
-                f"{e['estimated_error_rate']:.3g}"
+                f"{e['blocks']} block(s)"
             )
         if "sub_filters" in e:
             growth = f"expansion {e['expansion']}" if e["expansion"] else "NONSCALING"
@@ -178,23 +184,10 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 f"    the server's own Bloom filters (BF.*), {growth}: up to "
                 f"{e['sub_filters']} sub-filter(s) per block, room for {e['capacity_now']:,} items"
             )
-        for bucket in e.get("buckets", []):
-            if not bucket["exists"]:
-                continue
-            ttl = bucket["ttl_ms"] / 1000
-            lines.append(
-                f"    bucket {bucket['label']}{' (current)' if bucket['current'] else ''}: "
-                f"fill {bucket['fill_ratio']:.2%}, about {bucket['estimated_items']:,.0f} "
-                f"items, expires in {ttl:,.0f} s"
-            )
         if "capacity_per_bucket" in e:
             lines.append(
                 f"    {e['window_count']} buckets of one {e['window']} ({e['window_tz']}), "
                 f"{e['capacity_per_bucket']:,} fingerprints each at {e['error_rate']:.3g}"
             )
-        for layer in e.get("layers", []):
-            lines.append(
-                f"    layer {layer['layer']} holds {layer['items']:,} of "
-                f"{layer['capacity']:,} items ({layer['fill_ratio']:.0%} of its bits set)"
-            )
+        lines += [f"    {fill.describe()}" for fill in e.get("filters", [])]
     return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Typed reports of a Bloom filter's fill, and the one place they are put in words.
+
+A backend that declares ``report_fill`` returns a :class:`FilterFill` per filter
+(the whole filter, or each time bucket) from ``filter_reports()``; the janitor,
+``scrapy dedup-info`` and the closing summary read its fields and print
+:meth:`FilterFill.describe`, instead of each probing a dict for keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: What a layer's report keeps of a scalable filter's layer report.
+LAYER_FIELDS = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
+
+
+@dataclass(frozen=True)
+class LayerFill:
+    """One layer of a scalable filter (over its blocks)."""
+
+    layer: int
+    capacity: int
+    items: int
+    fill_ratio: float
+    estimated_error_rate: float
+    blocks_using: int
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any]) -> LayerFill:
+        return cls(**{name: report[name] for name in LAYER_FIELDS})
+
+    def describe(self) -> str:
+        return (
+            f"layer {self.layer} holds {self.items:,} of {self.capacity:,} items "
+            f"({self.fill_ratio:.0%} of its bits set)"
+        )
+
+
+@dataclass(frozen=True)
+class FilterFill:
+    """One Bloom filter: how full it is and the false-positive rate that implies,
+    against what it was sized for (``capacity`` at ``error_rate``)."""
+
+    fill_ratio: float
+    estimated_items: float
+    estimated_error_rate: float
+    over_capacity: bool
+    capacity: int
+    error_rate: float
+    #: A time bucket's label ("" for a filter without buckets) and its expiry in ms.
+    label: str = ""
+    ttl_ms: int | None = None
+    #: A scalable filter's layers in use (empty for a fixed filter).
+    layers: tuple[LayerFill, ...] = ()
+
+    @classmethod
+    def of(
+        cls, report: Mapping[str, Any], capacity: int, error_rate: float, **where: Any
+    ) -> FilterFill:
+        """From a shape's or a server filter's report (``fill_report`` and the like)."""
+        return cls(
+            fill_ratio=report["fill_ratio"],
+            estimated_items=report["estimated_items"],
+            estimated_error_rate=report["estimated_error_rate"],
+            over_capacity=bool(report["over_capacity"]),
+            capacity=capacity,
+            error_rate=error_rate,
+            layers=tuple(LayerFill.of(layer) for layer in report.get("layers", ())),
+            **where,
+        )
+
+    @property
+    def past_capacity(self) -> bool:
+        """Fuller than it was sized for: new requests may be taken for duplicates."""
+        return self.over_capacity or self.estimated_error_rate > self.error_rate
+
+    def describe(self) -> str:
+        """One line: what it holds and its false-positive rate now."""
+        label = f" bucket {self.label}" if self.label else ""
+        if self.ttl_ms is not None and self.ttl_ms >= 0:
+            label += f" (expires in {self.ttl_ms / 1000:,.0f} s)"
+        if self.layers:
+            layers = ", ".join(layer.describe() for layer in self.layers)
+            return (
+                f"scalable filter{label}: about {self.estimated_items:,.0f} items in "
+                f"{len(self.layers)} layer(s) ({layers}), false-positive rate now "
+                f"{self.estimated_error_rate:.3g}"
+            )
+        return (
+            f"filter{label}: fill {self.fill_ratio:.2%}, about {self.estimated_items:,.0f} "
+            f"items, false-positive rate now {self.estimated_error_rate:.3g}"
+        )
+
+    def warning(self, key: str) -> str:
+        """What to tell an operator when it is :attr:`past_capacity`."""
+        where = f" (bucket {self.label})" if self.label else ""
+        return (
+            f"the Bloom filter at {key!r}{where} holds about {self.estimated_items:,.0f} "
+            f"items, past its capacity of {self.capacity:,}: its false-positive rate is now "
+            f"about {self.estimated_error_rate:.3g} (designed {self.error_rate}); new requests "
+            "are being filtered as duplicates. Size a new filter with a larger "
+            "DEDUP_BLOOM_CAPACITY"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
