@@ -14,10 +14,10 @@ from scrapy.settings import BaseSettings
 
 from .. import scripts
 from ..connection import is_cluster, nodes_of
-from ..exceptions import DedupConfigError, FilterMismatchError, WrongKeyTypeError
+from ..exceptions import DedupConfigError, FilterMismatchError
 from ..failures import cluster_node_error
 from ..reports import FilterFill
-from . import admission, calls, record
+from . import admission, calls, clearing, record
 from .calls import FailedCall, one_call
 from .capabilities import METHODS, Capabilities
 from .keys import (  # noqa: F401 - the key schema, re-exported for the backends
@@ -33,6 +33,7 @@ from .keys import (  # noqa: F401 - the key schema, re-exported for the backends
     migration_state_key,
     slot_of,
     slot_sibling,
+    wrong_type_hint,
 )
 from .record import MetaSpec
 
@@ -206,19 +207,8 @@ class DedupBackend(ABC):
 
     def verify(self) -> bool:
         """Check key types and stored parameters like :meth:`open`, creating nothing.
-
-        Returns False when the backend has stored nothing yet.
-        """
-        found = self.check_types(self.expected_types())
-        spec = self.meta_spec()
-        if spec is None:
-            return any(kind != "none" for kind in found.values())
-        record.check_stamps(self, found, spec)
-        if found[spec.key] == "none":
-            return any(kind != "none" for kind in found.values())
-        stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(spec.key).items()}
-        self.compare_meta(spec, stored)
-        return True
+        Returns False when the backend has stored nothing yet."""
+        return record.verify(self)
 
     # -- the operations -------------------------------------------------------------
 
@@ -417,41 +407,10 @@ class DedupBackend(ABC):
         return None
 
     def clear(self) -> int:
-        """Delete every key the backend owns, and nothing else; return how many.
-
-        Types are checked first: if any owned key holds another type, nothing
-        is deleted and :class:`WrongKeyTypeError` is raised.
-        """
-        expected = {**self.expected_types(), **self.janitor_keys(), **self.migration_keys()}
-        self.check_types(expected)
-        spec = self.meta_spec()
-        # The record first, then each slot's keys in one atomic call: a worker that
-        # goes on recording meanwhile stamps what it writes (see check_stamps), so
-        # nothing it leaves behind is an orphan.
-        groups: dict[int, list[str]] = {}
-        first = [spec.key] if spec is not None and spec.key in expected else []
-        for key in expected:
-            if key not in first:
-                groups.setdefault(slot_of(key), []).append(key)
-        deleted = 0
-        for keys in [first, *groups.values()]:
-            if not keys:
-                continue
-            count, kind = scripts.DELETE_IF_TYPE(self.server, keys, [expected[k] for k in keys])
-            if count < 0:
-                key = keys[-count - 1]
-                raise WrongKeyTypeError(
-                    key,
-                    as_str(kind),
-                    expected[key],
-                    self.wrong_type_hint(as_str(kind)),
-                    TYPE_NAMES.get(expected[key], ""),
-                )
-            deleted += count
+        """Delete every key the backend owns, and nothing else; return how many (see
+        :func:`clearing.clear`: nothing is deleted if any key holds another type)."""
+        deleted = clearing.clear(self)
         self._opened = False
-        logger.info(
-            "Cleared %d Redis key(s) of the %s dupefilter at %r", deleted, self.name, self.key
-        )
         return deleted
 
     def info(self) -> dict[str, Any]:
@@ -478,16 +437,8 @@ class DedupBackend(ABC):
         return None
 
     def wrong_type_hint(self, found: str) -> str:
-        hint = (
-            "Point the dupefilter at another key (SCHEDULER_DUPEFILTER_KEY), or move or delete "
-            "that key yourself if it is not needed."
-        )
-        if found == "set" and self.capabilities.probabilistic:
-            hint = (
-                "It looks like a scrapy-redis fingerprint set: convert it with "
-                "`scrapy migrate-set-to-bloom`, or set SCHEDULER_DUPEFILTER_KEY to another key."
-            )
-        return hint
+        """What to do about a key of this filter found holding a ``found``."""
+        return wrong_type_hint(found, convertible=self.capabilities.probabilistic)
 
     def check_server(self) -> None:
         """Refuse a server the filter cannot use (override to ask more of it first)."""

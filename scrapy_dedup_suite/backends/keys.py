@@ -126,3 +126,17 @@ def memory_usage(server: Any, keys: Sequence[str]) -> int:
     for key in keys:
         pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
     return sum(int(v or 0) for v in pipe.execute())
+
+
+def wrong_type_hint(found: str, convertible: bool) -> str:
+    """What to do about a filter's key that holds a ``found``; ``convertible``: the
+    filter could be made from a scrapy-redis set (a Bloom filter)."""
+    if found == "set" and convertible:
+        return (
+            "It looks like a scrapy-redis fingerprint set: convert it with "
+            "`scrapy migrate-set-to-bloom`, or set SCHEDULER_DUPEFILTER_KEY to another key."
+        )
+    return (
+        "Point the dupefilter at another key (SCHEDULER_DUPEFILTER_KEY), or move or delete "
+        "that key yourself if it is not needed."
+    )

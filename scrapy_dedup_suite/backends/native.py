@@ -32,9 +32,9 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..bloom_math import NativeParams, native_error_rate
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
+from ..native_math import NativeParams, native_error_rate
 from ..options import NativeBloomOptions, WindowOptions
 from ..reports import FilterFill
 from ..settings_table import default

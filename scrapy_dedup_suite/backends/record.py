@@ -231,3 +231,18 @@ def compare_meta(key: str, spec: MetaSpec, stored: Mapping[str, str]) -> None:
         f"wrong places. {use}, or point the dupefilter at another key with "
         "SCHEDULER_DUPEFILTER_KEY; delete the old keys only if their contents may be lost."
     )
+
+
+def verify(backend: DedupBackend) -> bool:
+    """``backend.verify()``: key types and the stored parameters checked as at open,
+    creating nothing; False when nothing of the filter is stored yet."""
+    found = backend.check_types(backend.expected_types())
+    spec = backend.meta_spec()
+    if spec is None:
+        return any(kind != "none" for kind in found.values())
+    check_stamps(backend, found, spec)
+    if found[spec.key] == "none":
+        return any(kind != "none" for kind in found.values())
+    stored = {as_str(k): as_str(v) for k, v in backend.server.hgetall(spec.key).items()}
+    backend.compare_meta(spec, stored)
+    return True

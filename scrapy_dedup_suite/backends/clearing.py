@@ -1,0 +1,55 @@
+"""Deleting a filter: every key it owns, and nothing else (``DedupBackend.clear``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .. import scripts
+from ..exceptions import WrongKeyTypeError
+from .keys import TYPE_NAMES, as_str, slot_of
+
+if TYPE_CHECKING:
+    from .base import DedupBackend
+
+logger = logging.getLogger(__name__)
+
+
+def clear(backend: DedupBackend) -> int:
+    """Delete every key ``backend`` owns (its data, record, janitor and migration
+    state); return how many. Types are checked first: if any of those keys holds
+    another type, nothing is deleted and :class:`WrongKeyTypeError` is raised."""
+    expected = {
+        **backend.expected_types(),
+        **backend.janitor_keys(),
+        **backend.migration_keys(),
+    }
+    backend.check_types(expected)
+    spec = backend.meta_spec()
+    # The record first, then each slot's keys in one atomic call: a worker that goes
+    # on recording meanwhile stamps what it writes (see record.check_stamps), so
+    # nothing it leaves behind is an orphan.
+    groups: dict[int, list[str]] = {}
+    first = [spec.key] if spec is not None and spec.key in expected else []
+    for key in expected:
+        if key not in first:
+            groups.setdefault(slot_of(key), []).append(key)
+    deleted = 0
+    for keys in [first, *groups.values()]:
+        if not keys:
+            continue
+        count, kind = scripts.DELETE_IF_TYPE(backend.server, keys, [expected[k] for k in keys])
+        if count < 0:
+            key = keys[-count - 1]
+            raise WrongKeyTypeError(
+                key,
+                as_str(kind),
+                expected[key],
+                backend.wrong_type_hint(as_str(kind)),
+                TYPE_NAMES.get(expected[key], ""),
+            )
+        deleted += count
+    logger.info(
+        "Cleared %d Redis key(s) of the %s dupefilter at %r", deleted, backend.name, backend.key
+    )
+    return deleted
