@@ -16,8 +16,9 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from . import config
-from .bloom_math import BloomParams, NativeParams, Scaling, SizingError
+from .bloom_math import BloomParams, Scaling, SizingError
 from .exceptions import DedupConfigError
+from .native_math import NativeParams
 from .settings_table import read
 from .windows import WindowSpec
 

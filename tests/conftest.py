@@ -24,8 +24,9 @@ from scrapy_dedup_suite.backends import (
     WindowedBloomBackend,
     WindowedNativeBloomBackend,
 )
-from scrapy_dedup_suite.bloom_math import BloomParams, NativeParams, Scaling
+from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedServerError
+from scrapy_dedup_suite.native_math import NativeParams
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import SETTINGS_ROWS, connect

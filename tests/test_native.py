@@ -18,18 +18,18 @@ from scrapy_dedup_suite.backends import (
     build_backend,
 )
 from scrapy_dedup_suite.backends.native import NoBloomModuleError
-from scrapy_dedup_suite.bloom_math import (
-    NATIVE_MAX_BYTES,
-    NATIVE_MAX_CAPACITY,
-    NativeParams,
-    SizingError,
-    native_bits_per_item,
-)
+from scrapy_dedup_suite.bloom_math import SizingError
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import (
     DedupBackendError,
     DedupConfigError,
     FilterMismatchError,
+)
+from scrapy_dedup_suite.native_math import (
+    NATIVE_MAX_BYTES,
+    NATIVE_MAX_CAPACITY,
+    NativeParams,
+    native_bits_per_item,
 )
 from scrapy_dedup_suite.windows import WindowSpec
 

@@ -84,7 +84,7 @@ class Command(ScrapyCommand):
 
 def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
     """Per backend: its key and what is stored there (``stored``: False if nothing)."""
-    chosen = settings.get("DEDUP_BACKEND") or "set"
+    chosen = read(settings, "DEDUP_BACKEND")
     out: dict[str, Any] = {}
     for name in BACKENDS:
         key = dupefilter_key(settings, name, spider)
