@@ -9,6 +9,7 @@ reactor thread, ``check_batch`` in a thread, ``account`` on the reactor thread.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -212,11 +213,13 @@ def check_batch(
     return sent
 
 
-def count_stats(stats: StatsCollector | None, batch: Batch, result: BatchResult) -> None:
-    """A batch's stats, as the per-request path counts them (``dedup/filtered`` apart)."""
+def count_stats(
+    stats: StatsCollector | None, batch: Batch, result: BatchResult, tally: Counter[str]
+) -> None:
+    """A batch's stats, as the per-request path counts them (``dedup/filtered`` apart);
+    ``tally``: how many of each outcome (``Counter(result.outcomes)``)."""
     if stats is None:
         return
-    tally = {outcome: result.outcomes.count(outcome) for outcome in set(result.outcomes)}
     stats.inc_value("dedup/batches")
     stats.inc_value("dedup/batched", len(batch.requests))
     if result.retries:
@@ -233,16 +236,16 @@ def count_stats(stats: StatsCollector | None, batch: Batch, result: BatchResult)
             stats.inc_value(name, tally[outcome])
 
 
-def warn(logger: logging.Logger, result: BatchResult) -> None:
+def warn(logger: logging.Logger, result: BatchResult, tally: Counter[str]) -> None:
     """Say what a batch let through unchecked, or left to the scheduler's own check."""
-    unchecked = result.outcomes.count(UNCHECKED)
-    if unchecked:
+    unchecked = tally[UNCHECKED]
+    if unchecked and result.error is not None:  # (an unchecked request has its failure)
         logger.warning(
             "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
             "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
             {"count": unchecked, "error": failure_text(result.error)},
         )
-    deferred = result.outcomes.count(DEFERRED)
+    deferred = tally[DEFERRED]
     if deferred:
         logger.warning(
             "Redis refused a batch call for %(count)d request(s) (%(error)s); it wrote "

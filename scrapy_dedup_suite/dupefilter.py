@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -388,8 +389,9 @@ class RFPDupeFilter(BaseDupeFilter):
         requests (their request_seen answers False with no round trip), and return the
         requests to pass on: the new ones and the DEFERRED ones, which the scheduler
         checks one by one. Then raise ``result.failure``, if any, yourself."""
-        batch.count_stats(self.stats, requests, result)
-        batch.warn(self.logger, result)
+        tally = Counter(result.outcomes)
+        batch.count_stats(self.stats, requests, result, tally)
+        batch.warn(self.logger, result, tally)
         passed, duplicates, cached = batch.sort_out(requests, result, self.known, self.admitted)
         if spider is not None:
             for request in duplicates:

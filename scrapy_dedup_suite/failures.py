@@ -152,7 +152,8 @@ def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupE
         return exc
     if isinstance(exc, AskError):
         return cluster_node_error(exc)
-    code = code_of(exc)
+    failure = script_failure(exc)  # read once: its code, then its message
+    code = f"dedup:{failure.code}" if failure is not None else code_of(exc)
     if code in ("WRONGTYPE", "dedup:WRONGTYPE"):
         # Find out which key, and report it exactly.
         try:
@@ -164,7 +165,6 @@ def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupE
             f"fingerprint {fingerprint!r} is not a hex digest of at least 16 bytes, which the "
             f"{backend.name} backend needs"
         )
-    failure = script_failure(exc)
     said = failure.message if failure is not None else scripts.explain(str(exc))
     return DedupBackendError(f"Redis refused a {backend.name} dupefilter call: {said}")
 

@@ -7,6 +7,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 from redis.exceptions import AskError
@@ -212,16 +213,23 @@ class DedupBackend(ABC):
 
     # -- the operations -------------------------------------------------------------
 
-    #: Lua scripts of the operations. The add script takes many fingerprints at
-    #: once: its keys are one group per block or shard the call touches
-    #: (:meth:`group_keys`), its arguments :meth:`add_header`, then per fingerprint
-    #: its group's number in the call and :meth:`fp_args`; it answers one integer
-    #: per fingerprint: > 0 "seen", 0 "new", < 0 "new" with news for
-    #: :meth:`on_grown`, or what :meth:`again` recognises. The contains script
-    #: takes one fingerprint (:meth:`contains_call`) and answers > 0 "present".
-    #: Backends without scripts override the methods below.
-    add_script: scripts.LuaScript | None = None
-    contains_script: scripts.LuaScript | None = None
+    @property
+    def add_script(self) -> scripts.LuaScript | None:
+        """The Lua script that checks and adds. It takes many fingerprints at once: its
+        keys are one group per block or shard the call touches (:meth:`group_keys`),
+        its arguments :meth:`add_header`, then per fingerprint its group's number in
+        the call and :meth:`fp_args`; it answers one integer per fingerprint: > 0
+        "seen", 0 "new", < 0 "new" with news for :meth:`on_grown`, or what
+        :meth:`again` recognises. A property, so that a backend may choose its script
+        per instance (a class attribute overrides it too); a backend without scripts
+        (None) overrides the operations below instead."""
+        return None
+
+    @property
+    def contains_script(self) -> scripts.LuaScript | None:
+        """The Lua script that tells whether one fingerprint (:meth:`contains_call`)
+        is recorded: > 0 "present"."""
+        return None
 
     def add_context(self) -> Any:
         """What every group of one add call shares (the time, say), made once per call."""
@@ -247,8 +255,10 @@ class DedupBackend(ABC):
         """Keys and arguments of :attr:`contains_script` for one fingerprint."""
         raise NotImplementedError
 
-    #: How many times an add or contains call may be made again (see :meth:`again`).
-    again_limit: int = 0
+    @property
+    def again_limit(self) -> int:
+        """How many times an add or contains call may be made again (see :meth:`again`)."""
+        return 0
 
     def again(self, answer: Any) -> bool:
         """Whether a script's answer asks for the call to be made again (a scalable
@@ -338,7 +348,7 @@ class DedupBackend(ABC):
             each = [self.contains_call(fp) for fp in batch]
             results = scripts.run_many(self.server, self.contains_script, each, self.reopen)
             results = [
-                calls.call(self, self.contains_script, lambda fp=fp: self.contains_call(fp))
+                calls.call(self, self.contains_script, partial(self.contains_call, fp))
                 if self.again(r)
                 else r
                 for fp, r in zip(batch, results)

@@ -98,11 +98,11 @@ class BlockedBloom(DedupBackend):
         return self.shape.error_rate
 
     @property
-    def add_script(self) -> scripts.LuaScript:  # type: ignore[override]
+    def add_script(self) -> scripts.LuaScript:
         return self.shape.add_script
 
     @property
-    def contains_script(self) -> scripts.LuaScript:  # type: ignore[override]
+    def contains_script(self) -> scripts.LuaScript:
         return self.shape.contains_script
 
     def layer_keys(self, base: str) -> list[str]:
@@ -224,7 +224,7 @@ class BlockedBloom(DedupBackend):
         return self.shape.contains_call(self.filters(self.add_context())[block], fingerprint)
 
     @property
-    def again_limit(self) -> int:  # type: ignore[override]
+    def again_limit(self) -> int:
         return self.shape.retries
 
     def again(self, answer: Any) -> bool:

@@ -116,11 +116,11 @@ class HashBackend(DedupBackend):
         return self._expiry or self.resolve_expiry()
 
     @property
-    def add_script(self) -> scripts.LuaScript:  # type: ignore[override]
+    def add_script(self) -> scripts.LuaScript:
         return self.expiry.add_script
 
     @property
-    def contains_script(self) -> scripts.LuaScript:  # type: ignore[override]
+    def contains_script(self) -> scripts.LuaScript:
         return self.expiry.contains_script
 
     def resolve_expiry(self) -> Expiry:
