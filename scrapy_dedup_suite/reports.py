@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Union
 
 #: What a layer's report keeps of a scalable filter's layer report.
 LAYER_FIELDS = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
@@ -106,3 +106,111 @@ class FilterFill:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# -- what a filter holds, for dedup-info (DedupBackend.contents) -------------------------
+
+
+@dataclass(frozen=True)
+class Fingerprints:
+    """An exact set of fingerprints."""
+
+    count: int
+
+    def describe(self) -> list[str]:
+        return [f"{self.count:,} fingerprints (exact)"]
+
+
+@dataclass(frozen=True)
+class ExpirySample:
+    """Of ``sampled`` random fields (each holding its expiry), how many have expired,
+    and in how many seconds the last of them expires."""
+
+    sampled: int
+    expired: int
+    last_expiry_s: float
+
+
+@dataclass(frozen=True)
+class HashFields:
+    """Fingerprints as hash fields, each with its expiry, over ``shards`` hashes."""
+
+    fields: int
+    shards: int
+    expired_by: str  # "server" (hash-field expiry) or "janitor"
+    expire: float  # seconds new fields get (DEDUP_EXPIRE as configured now)
+    sample: ExpirySample | None = None  # (where the janitor purges them)
+
+    def describe(self) -> list[str]:
+        freed = (
+            "the server frees expired ones itself (hash-field expiry)"
+            if self.expired_by == "server"
+            else "the janitor purges expired ones"
+        )
+        lines = [f"{self.fields:,} fields in {self.shards} shard(s) ({freed})"]
+        if self.sample is not None and self.sample.sampled:
+            lines.append(
+                f"of {self.sample.sampled:,} sampled, {self.sample.expired:,} expired; the "
+                f"last expires in {self.sample.last_expiry_s:,.0f} s"
+            )
+        lines.append(
+            f"each field keeps the expiry it was written with; new ones get {self.expire:g} s "
+            "(DEDUP_EXPIRE as configured now, or meta['dedup_expire'])"
+        )
+        return lines
+
+
+@dataclass(frozen=True)
+class BloomSizing:
+    """What a Bloom filter (per time bucket, in a windowed one) was sized for."""
+
+    capacity: int
+    error_rate: float
+    blocks: int
+    per_bucket: bool = False
+
+    def describe(self) -> list[str]:
+        each = " per bucket" if self.per_bucket else ""
+        return [
+            f"capacity {self.capacity:,}{each} at error rate {self.error_rate:.3g}, "
+            f"{self.blocks} block(s)"
+        ]
+
+
+@dataclass(frozen=True)
+class ServerFilters:
+    """The server's own Bloom filters (BF.*): their growth and present room."""
+
+    expansion: int  # 0: NONSCALING
+    sub_filters: int  # the most any block has
+    capacity_now: int
+
+    def describe(self) -> list[str]:
+        growth = f"expansion {self.expansion}" if self.expansion else "NONSCALING"
+        return [
+            f"the server's own Bloom filters (BF.*), {growth}: up to {self.sub_filters} "
+            f"sub-filter(s) per block, room for {self.capacity_now:,} items"
+        ]
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """A windowed filter's buckets."""
+
+    count: int
+    window: str  # "hour", "day", "month" or "<n>s"
+    tz: str
+
+    def describe(self) -> list[str]:
+        return [f"{self.count} buckets of one {self.window} ({self.tz})"]
+
+
+#: What ``DedupBackend.contents()`` returns: each says itself in lines.
+Contents = Union[Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindow]
+
+
+def as_json(value: Any) -> Any:
+    """A typed report as a JSON object (with its ``kind``); anything else as text."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {"kind": type(value).__name__, **asdict(value)}
+    return str(value)

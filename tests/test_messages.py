@@ -259,7 +259,8 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     assert found["bloom"]["stored"] and 290 < found["bloom"]["estimated_items"] < 310
     (fill,) = found["bloom"]["filters"]  # the janitor's report of it, as JSON
     assert fill["capacity"] == 50_000 and 290 < fill["estimated_items"] < 310
-    assert found["hash"]["expired_in_sample"] == 100
+    (fields,) = found["hash"]["contents"]
+    assert fields["kind"] == "HashFields" and fields["sample"]["expired"] == 100
     assert found["windowed-bloom"]["stored"] is False
     # It only reads: the keys are those written above, and no more.
     assert sorted(client.scan_iter()) == before

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import json
 
-from scrapy_dedup_suite.reports import FilterFill, LayerFill
+from scrapy_dedup_suite.reports import (
+    BloomSizing,
+    ExpirySample,
+    FilterFill,
+    Fingerprints,
+    HashFields,
+    LayerFill,
+    ServerFilters,
+    TimeWindow,
+    as_json,
+)
 
 
 def test_a_fixed_filter_in_one_line():
@@ -57,3 +67,36 @@ def test_from_a_report_and_back_to_json():
     fill = FilterFill.of(report, 50, 0.001, label="x")
     assert fill.over_capacity is False and fill.layers[0].items == 5 and fill.label == "x"
     assert json.loads(json.dumps(fill.as_dict()))["layers"][0]["capacity"] == 50
+
+
+def test_what_a_filter_holds_says_itself_and_goes_to_json():
+    fields = HashFields(3000, 16, "janitor", 604800.0, ExpirySample(3000, 100, 3600.4))
+    assert fields.describe() == [
+        "3,000 fields in 16 shard(s) (the janitor purges expired ones)",
+        "of 3,000 sampled, 100 expired; the last expires in 3,600 s",
+        "each field keeps the expiry it was written with; new ones get 604800 s "
+        "(DEDUP_EXPIRE as configured now, or meta['dedup_expire'])",
+    ]
+    by_server = HashFields(5, 2, "server", 60.0)
+    assert "the server frees expired ones itself" in by_server.describe()[0]
+    assert len(by_server.describe()) == 2  # no sample to speak of
+    assert BloomSizing(1000, 0.001, 2, per_bucket=True).describe() == [
+        "capacity 1,000 per bucket at error rate 0.001, 2 block(s)"
+    ]
+    assert (
+        ServerFilters(0, 1, 500)
+        .describe()[0]
+        .startswith("the server's own Bloom filters (BF.*), NONSCALING: up to 1 sub-filter(s)")
+    )
+    assert TimeWindow(7, "day", "UTC").describe() == ["7 buckets of one day (UTC)"]
+    assert Fingerprints(3).describe() == ["3 fingerprints (exact)"]
+    assert json.loads(json.dumps([fields], default=as_json)) == [
+        {
+            "kind": "HashFields",
+            "fields": 3000,
+            "shards": 16,
+            "expired_by": "janitor",
+            "expire": 604800.0,
+            "sample": {"sampled": 3000, "expired": 100, "last_expiry_s": 3600.4},
+        }
+    ]

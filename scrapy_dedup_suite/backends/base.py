@@ -17,7 +17,7 @@ from .. import scripts
 from ..connection import is_cluster, nodes_of
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..failures import cluster_node_error
-from ..reports import FilterFill
+from ..reports import Contents, FilterFill
 from . import admission, calls, clearing, record
 from .calls import FailedCall, one_call
 from .capabilities import METHODS, Capabilities
@@ -422,6 +422,11 @@ class DedupBackend(ABC):
         deleted = clearing.clear(self)
         self._opened = False
         return deleted
+
+    def contents(self) -> list[Contents]:
+        """What the filter holds and how it is made, for ``scrapy dedup-info`` (typed
+        reports that say themselves in words; its fill is :meth:`filter_reports`)."""
+        return []
 
     def info(self) -> dict[str, Any]:
         """What an operator wants to know: parameters, sizes, memory."""

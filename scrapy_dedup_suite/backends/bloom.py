@@ -26,7 +26,7 @@ from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
 from ..failures import script_failure
 from ..options import BloomOptions
-from ..reports import FilterFill
+from ..reports import BloomSizing, Contents, FilterFill
 from ..settings_table import default
 from . import admission
 from .base import (
@@ -328,6 +328,9 @@ class BloomBackend(BlockedBloom):
 
     def bulk_fill(self) -> tuple[str, float]:
         return "", self.info()["estimated_items"]
+
+    def contents(self) -> list[Contents]:
+        return [BloomSizing(self.params.capacity, self.error_rate, self.params.blocks)]
 
     def filter_reports(self) -> list[FilterFill]:
         info = self.info()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from .. import scripts
-from ..reports import FilterFill
+from ..reports import FilterFill, TimeWindow
 from ..settings_table import default
 from ..windows import Bucket, Live, LiveBuckets, WindowSpec
 
@@ -146,6 +146,9 @@ class Windowed:
                 }
             )
         return out
+
+    def window_contents(self) -> TimeWindow:
+        return TimeWindow(self.window.count, self.window.name, self.window.tz)
 
     def window_info(self) -> dict[str, Any]:
         return {

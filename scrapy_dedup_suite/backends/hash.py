@@ -24,12 +24,29 @@ from .. import scripts
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
+from ..reports import Contents, ExpirySample, HashFields
 from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
 from .capabilities import Capabilities
 from .keys import META, meta_key
 
 logger = logging.getLogger(__name__)
+
+#: Fields of a shard read (at random) to estimate how many have expired (dedup-info).
+SAMPLE = 1000
+
+
+def expiry_sample(server: Any, shards: list[str]) -> ExpirySample:
+    """Of up to SAMPLE random fields per shard (each holds its expiry in Unix ms), how
+    many have expired and when the last of them expires (server time)."""
+    seconds, micros = server.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    expiries = []
+    for shard in shards:
+        flat = server.hrandfield(shard, SAMPLE, withvalues=True) or []
+        expiries += [int(as_str(v)) for v in flat[1::2] if as_str(v).isdigit()]
+    last = max(0.0, (max(expiries) - now_ms) / 1000) if expiries else 0.0
+    return ExpirySample(len(expiries), sum(1 for ms in expiries if ms <= now_ms), last)
 
 
 @dataclass(frozen=True)
@@ -240,6 +257,12 @@ class HashBackend(DedupBackend):
             **dict.fromkeys(self.stamp_keys, "string"),
             self.meta_key: "hash",
         }
+
+    def contents(self) -> list[Contents]:
+        info = self.info()
+        purged = self.purge_keys()  # (none where the server expires the fields)
+        sample = expiry_sample(self.server, purged) if purged else None
+        return [HashFields(info["fields"], self.shards, self.expiry.name, self.expire, sample)]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -36,7 +36,7 @@ from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..native_math import NativeParams, native_error_rate
 from ..options import NativeBloomOptions, WindowOptions
-from ..reports import FilterFill
+from ..reports import BloomSizing, Contents, FilterFill, ServerFilters
 from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
@@ -282,6 +282,14 @@ class NativeBloomBackend(DedupBackend):
     def info(self) -> dict[str, Any]:
         return {**super().info(), **self.describe()}
 
+    def contents(self) -> list[Contents]:
+        p = self.params
+        found = self.filter_report(self.prefixes)
+        return [
+            BloomSizing(p.capacity, p.error_rate, p.blocks),
+            ServerFilters(p.expansion, found["sub_filters"], found["capacity_now"]),
+        ]
+
     def describe(self) -> dict[str, Any]:
         """What :meth:`info` says of the filter beyond its keys and memory."""
         p = self.params
@@ -341,6 +349,10 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
         types.update(dict.fromkeys(self.stamp_keys, "string"))
         types[self.meta_key] = "hash"
         return types
+
+    def contents(self) -> list[Contents]:
+        p = self.params
+        return [BloomSizing(p.capacity, p.error_rate, p.blocks, True), self.window_contents()]
 
     def describe(self) -> dict[str, Any]:
         p = self.params

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import scripts
+from ..reports import Contents, Fingerprints
 from .base import DedupBackend, FailedCall, chunks, one_call
 from .capabilities import Capabilities
 
@@ -70,6 +71,9 @@ class SetBackend(DedupBackend):
     def janitor_keys(self) -> dict[str, str]:
         # The set is scrapy-redis's key alone; this backend owns nothing beside it.
         return {}
+
+    def contents(self) -> list[Contents]:
+        return [Fingerprints(self.count())]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

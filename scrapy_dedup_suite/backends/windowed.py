@@ -26,6 +26,7 @@ from scrapy.settings import BaseSettings
 
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
+from ..reports import BloomSizing, Contents
 from ..windows import WindowSpec
 from .base import MetaSpec
 from .bloom import BlockedBloom, default_params
@@ -115,6 +116,10 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
     def bulk_fill(self) -> tuple[str, float]:
         current = self.info()["buckets"][0]
         return current["label"], current["estimated_items"] if current["exists"] else 0.0
+
+    def contents(self) -> list[Contents]:
+        sizing = BloomSizing(self.params.capacity, self.error_rate, self.params.blocks, True)
+        return [sizing, self.window_contents()]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -17,12 +17,9 @@ from ..backends.keys import meta_key
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
-from ..reports import FilterFill
+from ..reports import as_json
 from ..settings_table import read
 from . import say_unreachable, spider_settings
-
-#: Fields of a hash shard read per shard to estimate how many have expired.
-SAMPLE = 1000
 
 
 class Command(ScrapyCommand):
@@ -109,36 +106,11 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             info = backend.info()
             info.pop("key", None)
             entry.update(info)
+            entry["contents"] = backend.contents()
             if backend.capabilities.report_fill:
                 entry["filters"] = backend.filter_reports()
-            purged = backend.purge_keys() if backend.capabilities.purge_expired else []
-            if purged:  # (none where the server expires a hash filter's fields)
-                entry.update(expired_share(server, purged))
         out[name] = entry
     return out
-
-
-def as_json(value: Any) -> Any:
-    """A typed report (FilterFill) as its fields; anything else as text."""
-    return value.as_dict() if isinstance(value, FilterFill) else str(value)
-
-
-def expired_share(server: Any, shards: list[str]) -> dict[str, Any]:
-    """Of up to SAMPLE random fields per shard (each holds its own expiry), how many
-    have expired and when the last of them expires (server time)."""
-    seconds, micros = server.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    expiries = []
-    for shard in shards:
-        flat = server.hrandfield(shard, SAMPLE, withvalues=True) or []
-        expiries += [int(as_str(v)) for v in flat[1::2] if as_str(v).isdigit()]
-    found: dict[str, Any] = {
-        "fields_sampled": len(expiries),
-        "expired_in_sample": sum(1 for ms in expiries if ms <= now_ms),
-    }
-    if expiries:
-        found["last_expiry_in_sample_s"] = max(0.0, (max(expiries) - now_ms) / 1000)
-    return found
 
 
 def render(spider: str, found: dict[str, Any]) -> str:
@@ -155,39 +127,6 @@ def render(spider: str, found: dict[str, Any]) -> str:
             continue
         memory = human_bytes(e.get("memory_bytes", 0))
         lines.append(head + f"{e['keys']} key(s), {memory}")
-        if "fingerprints" in e:
-            lines.append(f"    {e['fingerprints']:,} fingerprints (exact)")
-        if "fields" in e:
-            freed = (
-                "the server frees expired ones itself (hash-field expiry)"
-                if e.get("expired_by") == "server"
-                else "the janitor purges expired ones"
-            )
-            lines.append(f"    {e['fields']:,} fields in {e['shards']} shard(s) ({freed})")
-            if e.get("fields_sampled"):
-                lines.append(
-                    f"    of {e['fields_sampled']:,} sampled, {e['expired_in_sample']:,} "
-                    f"expired; the last expires in {e['last_expiry_in_sample_s']:,.0f} s"
-                )
-            lines.append(
-                f"    each field keeps the expiry it was written with; new ones get "
-                f"{e['expire']:g} s (DEDUP_EXPIRE as configured now, or meta['dedup_expire'])"
-            )
-        if "capacity" in e:
-            lines.append(
-                f"    capacity {e['capacity']:,} at error rate {e['error_rate']:.3g}, "
-                f"{e['blocks']} block(s)"
-            )
-        if "sub_filters" in e:
-            growth = f"expansion {e['expansion']}" if e["expansion"] else "NONSCALING"
-            lines.append(
-                f"    the server's own Bloom filters (BF.*), {growth}: up to "
-                f"{e['sub_filters']} sub-filter(s) per block, room for {e['capacity_now']:,} items"
-            )
-        if "capacity_per_bucket" in e:
-            lines.append(
-                f"    {e['window_count']} buckets of one {e['window']} ({e['window_tz']}), "
-                f"{e['capacity_per_bucket']:,} fingerprints each at {e['error_rate']:.3g}"
-            )
+        lines += [f"    {line}" for part in e["contents"] for line in part.describe()]
         lines += [f"    {fill.describe()}" for fill in e.get("filters", [])]
     return "\n".join(lines)
