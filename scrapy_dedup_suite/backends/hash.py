@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..reports import Contents, ExpirySample, HashFields
 from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
 from .capabilities import Capabilities
-from .keys import META, meta_key
+from .keys import META, meta_key, spread
 
 logger = logging.getLogger(__name__)
 
@@ -209,9 +208,7 @@ class HashBackend(DedupBackend):
         return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
 
     def shard(self, fingerprint: str) -> int:
-        if self.shards == 1:
-            return 0
-        return zlib.crc32(fingerprint.encode("utf-8")) % self.shards
+        return spread(fingerprint, self.shards)
 
     def shard_of(self, fingerprint: str) -> str:
         return self.shard_keys[self.shard(fingerprint)]

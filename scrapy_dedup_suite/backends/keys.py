@@ -3,6 +3,7 @@ type each must hold. Every module builds key names here."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -140,3 +141,12 @@ def wrong_type_hint(found: str, convertible: bool) -> str:
         "Point the dupefilter at another key (SCHEDULER_DUPEFILTER_KEY), or move or delete "
         "that key yourself if it is not needed."
     )
+
+
+def spread(fingerprint: str, parts: int) -> int:
+    """Which of ``parts`` keys (a hash filter's shards, a server Bloom filter's
+    blocks) holds ``fingerprint``: CRC32 of the string, so any fingerprint spreads
+    evenly. (The Lua Bloom filters choose a block from the digest itself, in their
+    scripts and in ``BloomParams.block_of``: their fingerprints are hex digests.)
+    Fixed for a stored filter: changing it would lose what each key holds."""
+    return 0 if parts == 1 else zlib.crc32(fingerprint.encode("utf-8")) % parts

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,7 +50,7 @@ from .base import (
 from .bloom import block_prefix
 from .buckets import Windowed
 from .capabilities import Capabilities
-from .keys import meta_key
+from .keys import meta_key, spread
 
 logger = logging.getLogger(__name__)
 
@@ -191,9 +190,7 @@ class NativeBloomBackend(DedupBackend):
         return 0
 
     def block(self, fingerprint: str) -> int:
-        if self.params.blocks == 1:
-            return 0
-        return zlib.crc32(fingerprint.encode("utf-8")) % self.params.blocks
+        return spread(fingerprint, self.params.blocks)
 
     def stamp_of(self, data_key: str) -> str | None:
         match = self._block_re.match(data_key)

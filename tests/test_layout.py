@@ -1,0 +1,25 @@
+"""Where a fingerprint lives is part of what is stored: a filter written by one
+release is read by the next. These pin it, so that a change of layout fails here
+first (it would need a new LAYOUT_VERSION, and to keep reading the old one). No Redis."""
+
+from __future__ import annotations
+
+import hashlib
+
+from scrapy_dedup_suite.backends.keys import spread
+from scrapy_dedup_suite.bloom_math import BloomParams
+
+FINGERPRINTS = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(5)]
+
+
+def test_hash_shards_and_server_bloom_blocks_are_crc32_of_the_fingerprint():
+    assert [spread(fp, 16) for fp in FINGERPRINTS] == [0, 5, 9, 9, 12]
+    assert [spread(fp, 7) for fp in FINGERPRINTS] == [0, 6, 4, 2, 6]
+    assert spread("https://x/", 5) == 1  # any string, not only digests
+    assert all(spread(fp, 1) == 0 for fp in FINGERPRINTS)
+
+
+def test_lua_bloom_blocks_are_digits_24_to_32_of_the_digest():
+    params = BloomParams.from_capacity(10_000_000, 0.001, blocks=16)
+    assert [params.block_of(fp) for fp in FINGERPRINTS] == [9, 6, 8, 7, 12]
+    assert all(params.block_of(fp) == int(fp[24:32], 16) % 16 for fp in FINGERPRINTS)
