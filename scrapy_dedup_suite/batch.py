@@ -66,36 +66,31 @@ class BatchResult:
         return [outcome == SEEN for outcome in self.outcomes]
 
 
-class Admitted:
+class Admitted(dict[str, int]):
     """Fingerprints a batch checked and recorded as new, each with how many of its
     requests were let through: the dupefilter answers "new" that many times without a
     round trip, whatever object carries the fingerprint (a ``replace()`` copy made after
-    the batch is admitted as its original was)."""
-
-    def __init__(self) -> None:
-        self._left: dict[str, int] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._left)
+    the batch is admitted as its original was). A dict, so that the per-request path
+    asks whether it is empty at no cost."""
 
     def admit(self, fp: str) -> None:
-        self._left[fp] = self._left.get(fp, 0) + 1
+        self[fp] = self.get(fp, 0) + 1
 
     def claim(self, fp: str) -> bool:
         """Whether a batch admitted ``fp`` (once more): then the admission is used."""
-        left = self._left.get(fp)
+        left = self.get(fp)
         if left is None:
             return False
         if left > 1:
-            self._left[fp] = left - 1
+            self[fp] = left - 1
         else:
-            del self._left[fp]
+            del self[fp]
         return True
 
     def take_unclaimed(self) -> int:
         """How many admissions were never claimed; forgets them."""
-        count = sum(self._left.values())
-        self._left.clear()
+        count = sum(self.values())
+        self.clear()
         return count
 
 
