@@ -83,3 +83,24 @@ def test_server_features_bench_runs(redis_server):
         assert (f"hash, server's field expiry ({label})" in out) == (found()[0] is not None), out
     assert "hash, DEDUP_WAIT_REPLICAS = 1" in out
     assert "false positives" in out or "skipped" in out
+
+
+def test_compact_layouts_bench_runs(redis_server):
+    """The measurements behind the compact layout: small buckets stay listpacks, and a
+    server whose limit is lower turns the same buckets into hash tables."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.compact_layouts", "--fingerprints", "20000",
+         "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {
+        line.strip().split("  ")[0]: line.split()[-1]
+        for line in proc.stdout.splitlines()
+        if "B/fingerprint" in line
+    }
+    assert len(rows) >= 7, proc.stdout
+    buckets = [name for name in rows if name.startswith("buckets, ") and "TTL" not in name]
+    assert len(buckets) == 4 and all(rows[name] == "listpack" for name in buckets), rows
+    assert rows["the same 8-byte buckets, limit lowered to 128"] == "hashtable"
