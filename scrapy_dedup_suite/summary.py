@@ -92,8 +92,9 @@ class DedupSummary:
 
         backend = build_backend(self.crawler.settings, spider.name)
         try:
-            fills = backend.filter_reports() if backend.capabilities.report_fill else []
-            row = summarize(backend.info(), fills, self.crawler.stats.get_stats())
+            info = backend.info()
+            fills = backend.filter_reports(info) if backend.capabilities.report_fill else []
+            row = summarize(info, fills, self.crawler.stats.get_stats())
         finally:
             backend.server.close()
         stats = self.crawler.stats

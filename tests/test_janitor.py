@@ -120,7 +120,7 @@ def test_a_custom_backend_gets_what_it_declares(server):
         name = "audited"
         capabilities = Capabilities(count=True, report_fill=True)
 
-        def filter_reports(self):
+        def filter_reports(self, info=None):
             n = self.count()
             return [FilterFill(n / 100, n, 0.5, n > 100, capacity=100, error_rate=0.01)]
 

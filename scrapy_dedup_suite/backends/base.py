@@ -383,9 +383,10 @@ class DedupBackend(ABC):
         the janitor purges once expired."""
         raise NotImplementedError
 
-    def filter_reports(self) -> list[FilterFill]:
+    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
         """report_fill: each Bloom filter's fill (a time bucket's with its label and
-        expiry; a scalable filter's with its layers)."""
+        expiry; a scalable filter's with its layers). ``info``: this backend's
+        :meth:`info`, when the caller has read it already (else it is read)."""
         raise NotImplementedError
 
     def restore_expiry(self) -> list[str]:
@@ -423,9 +424,10 @@ class DedupBackend(ABC):
         self._opened = False
         return deleted
 
-    def contents(self) -> list[Contents]:
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         """What the filter holds and how it is made, for ``scrapy dedup-info`` (typed
-        reports that say themselves in words; its fill is :meth:`filter_reports`)."""
+        reports that say themselves in words; its fill is :meth:`filter_reports`).
+        ``info``: as for :meth:`filter_reports`."""
         return []
 
     def info(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -329,11 +329,11 @@ class BloomBackend(BlockedBloom):
     def bulk_fill(self) -> tuple[str, float]:
         return "", self.info()["estimated_items"]
 
-    def contents(self) -> list[Contents]:
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         return [BloomSizing(self.params.capacity, self.error_rate, self.params.blocks)]
 
-    def filter_reports(self) -> list[FilterFill]:
-        info = self.info()
+    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
+        info = self.info() if info is None else info
         return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
     def info(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ moment it leaves the window, so Redis frees old buckets by itself.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .. import scripts
@@ -114,9 +114,9 @@ class Windowed:
 
     # -- reports ---------------------------------------------------------------------------
 
-    def filter_reports(self) -> list[FilterFill]:
+    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
         """report_fill: one report per live bucket in Redis, the current one first."""
-        info = self.info()  # type: ignore[attr-defined]
+        info = self.info() if info is None else info  # type: ignore[attr-defined]
         return [
             FilterFill.of(
                 bucket,

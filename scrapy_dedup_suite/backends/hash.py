@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,8 +256,8 @@ class HashBackend(DedupBackend):
             self.meta_key: "hash",
         }
 
-    def contents(self) -> list[Contents]:
-        info = self.info()
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
+        info = self.info() if info is None else info
         purged = self.purge_keys()  # (none where the server expires the fields)
         sample = expiry_sample(self.server, purged) if purged else None
         return [HashFields(info["fields"], self.shards, self.expiry.name, self.expire, sample)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scrapy.settings import BaseSettings
@@ -272,16 +272,16 @@ class NativeBloomBackend(DedupBackend):
             "capacity_now": capacity_now,
         }
 
-    def filter_reports(self) -> list[FilterFill]:
-        info = self.info()
+    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
+        info = self.info() if info is None else info
         return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), **self.describe()}
 
-    def contents(self) -> list[Contents]:
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         p = self.params
-        found = self.filter_report(self.prefixes)
+        found = self.describe() if info is None else info
         return [
             BloomSizing(p.capacity, p.error_rate, p.blocks),
             ServerFilters(p.expansion, found["sub_filters"], found["capacity_now"]),
@@ -347,7 +347,7 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
         types[self.meta_key] = "hash"
         return types
 
-    def contents(self) -> list[Contents]:
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         p = self.params
         return [BloomSizing(p.capacity, p.error_rate, p.blocks, True), self.window_contents()]
 

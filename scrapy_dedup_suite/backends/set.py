@@ -7,7 +7,7 @@ backend filters everything scrapy-redis recorded, and back again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import scripts
@@ -72,8 +72,8 @@ class SetBackend(DedupBackend):
         # The set is scrapy-redis's key alone; this backend owns nothing beside it.
         return {}
 
-    def contents(self) -> list[Contents]:
-        return [Fingerprints(self.count())]
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
+        return [Fingerprints(self.count() if info is None else info["fingerprints"])]
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -19,7 +19,7 @@ every minute after); a ``clock`` callable can be injected instead.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scrapy.settings import BaseSettings
@@ -117,7 +117,7 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
         current = self.info()["buckets"][0]
         return current["label"], current["estimated_items"] if current["exists"] else 0.0
 
-    def contents(self) -> list[Contents]:
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         sizing = BloomSizing(self.params.capacity, self.error_rate, self.params.blocks, True)
         return [sizing, self.window_contents()]
 

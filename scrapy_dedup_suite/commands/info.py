@@ -106,9 +106,9 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             info = backend.info()
             info.pop("key", None)
             entry.update(info)
-            entry["contents"] = backend.contents()
+            entry["contents"] = backend.contents(info)
             if backend.capabilities.report_fill:
-                entry["filters"] = backend.filter_reports()
+                entry["filters"] = backend.filter_reports(info)
         out[name] = entry
     return out
 
