@@ -33,7 +33,7 @@ class SetSource:
                 f"Source {self.key!r} holds a {kind}, not a set of fingerprints; nothing was "
                 "written. Name the scrapy-redis fingerprint set with --source."
             )
-        return int(self.server.scard(self.key))
+        return self.size()
 
     def size(self) -> int:
         return int(self.server.scard(self.key))

@@ -18,7 +18,8 @@ from scrapy.utils.request import RequestFingerprinter
 from w3lib.url import canonicalize_url
 
 from .bloom_math import MIN_FINGERPRINT_HEX
-from .exceptions import DedupConfigError, InvalidFingerprintError
+from .config import check_choice
+from .exceptions import InvalidFingerprintError
 
 FINGERPRINTERS = ("scrapy-redis", "scrapy")
 
@@ -67,9 +68,7 @@ def get_fingerprinter(
 ) -> Callable[[Request], str]:
     """The fingerprint function DEDUP_FINGERPRINTER names; ``uniform``: the backend
     derives bit positions from it (see :func:`scrapy_fingerprinter`)."""
-    if name not in FINGERPRINTERS:
-        listed = ", ".join(repr(n) for n in FINGERPRINTERS)
-        raise DedupConfigError(f"DEDUP_FINGERPRINTER must be one of {listed}, got {name!r}")
+    check_choice("DEDUP_FINGERPRINTER", name, FINGERPRINTERS)
     if name == "scrapy":
         return scrapy_fingerprinter(crawler, uniform)
     return scrapy_redis_fingerprint

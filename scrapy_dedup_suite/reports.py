@@ -9,7 +9,7 @@ A backend that declares ``report_fill`` returns a :class:`FilterFill` per filter
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any, Union
 
 #: What a layer's report keeps of a scalable filter's layer report.
@@ -211,6 +211,6 @@ Contents = Union[Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindo
 
 def as_json(value: Any) -> Any:
     """A typed report as a JSON object (with its ``kind``); anything else as text."""
-    if hasattr(value, "__dataclass_fields__"):
+    if is_dataclass(value) and not isinstance(value, type):
         return {"kind": type(value).__name__, **asdict(value)}
     return str(value)
