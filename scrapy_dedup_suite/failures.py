@@ -157,7 +157,9 @@ def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupE
     if code in ("WRONGTYPE", "dedup:WRONGTYPE"):
         # Find out which key, and report it exactly.
         try:
-            backend.check_types(backend.expected_types())
+            backend.check_types(
+                {**backend.expected_types(), **backend.fingerprint_types(fingerprint)}
+            )
         except WrongKeyTypeError as precise:
             return precise
     if code == "dedup:FINGERPRINT":

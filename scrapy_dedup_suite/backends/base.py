@@ -372,6 +372,11 @@ class DedupBackend(ABC):
         """Map of owned data key (and parameter record) -> Redis type it must hold."""
         return dict.fromkeys(self.owned_keys(), "string")
 
+    def fingerprint_types(self, fingerprint: str) -> dict[str, str]:
+        """The keys one fingerprint's check touches that :meth:`expected_types` does not
+        list (a compact filter's bucket), with their types: where a WRONGTYPE is looked for."""
+        return {}
+
     def janitor_keys(self) -> dict[str, str]:
         """The janitor's progress record and lock for this backend, with their types."""
         return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .. import scripts
@@ -34,22 +35,27 @@ def clear(backend: DedupBackend) -> int:
     for key in expected:
         if key not in first:
             groups.setdefault(slot_of(key), []).append(key)
-    deleted = 0
-    for keys in [first, *groups.values()]:
-        if not keys:
-            continue
-        count, kind = scripts.DELETE_IF_TYPE(backend.server, keys, [expected[k] for k in keys])
-        if count < 0:
-            key = keys[-count - 1]
-            raise WrongKeyTypeError(
-                key,
-                as_str(kind),
-                expected[key],
-                backend.wrong_type_hint(as_str(kind)),
-                TYPE_NAMES.get(expected[key], ""),
-            )
-        deleted += count
+    deleted = sum(delete_if_type(backend, keys, expected) for keys in [first, *groups.values()])
     logger.info(
         "Cleared %d Redis key(s) of the %s dupefilter at %r", deleted, backend.name, backend.key
     )
     return deleted
+
+
+def delete_if_type(backend: DedupBackend, keys: list[str], expected: Mapping[str, str]) -> int:
+    """Delete ``keys`` (all in one cluster slot) in one atomic call if each is missing
+    or holds its ``expected`` type; return how many existed. Nothing is deleted and
+    :class:`WrongKeyTypeError` is raised when one holds another type."""
+    if not keys:
+        return 0
+    count, kind = scripts.DELETE_IF_TYPE(backend.server, keys, [expected[k] for k in keys])
+    if count < 0:
+        key = keys[-count - 1]
+        raise WrongKeyTypeError(
+            key,
+            as_str(kind),
+            expected[key],
+            backend.wrong_type_hint(as_str(kind)),
+            TYPE_NAMES.get(expected[key], ""),
+        )
+    return int(count)

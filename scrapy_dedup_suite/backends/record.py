@@ -33,6 +33,7 @@ FIELD_SETTINGS = {
     "tightening": "DEDUP_BLOOM_TIGHTENING",
     "max_layers": "DEDUP_BLOOM_MAX_LAYERS",
     "shards": "DEDUP_HASH_SHARDS",
+    "sized_for": "DEDUP_COMPACT_CAPACITY",
     "expiry": "DEDUP_HASH_FIELD_EXPIRY",
     "window": "DEDUP_WINDOW",
     "window_count": "DEDUP_WINDOW_COUNT",
@@ -168,14 +169,18 @@ def check_stamps(backend: DedupBackend, found: Mapping[str, str], spec: MetaSpec
         if kind != "none" and k != spec.key and backend.stamp_of(k) != k
     ]
     refuse_orphans([k for k in data if backend.stamp_of(k) not in stamps], spec.key)
-    if data:
+    if data or stamps:
+        # (A layout with too many keys to list at open, compact buckets, shows its
+        # data by its stamps alone.)
         logger.warning(
             "The parameter record %r of the %s dupefilter was missing (a clear() by "
-            "another worker, FLUSHALL, eviction or a manual DEL) while %d data key(s) "
-            "remain, each stamped with these parameters: recreating the record",
+            "another worker, FLUSHALL, eviction or a manual DEL) while its data remains "
+            "(%d key(s) found, in %d stamped slot(s), stamped with these parameters): "
+            "recreating the record",
             spec.key,
             backend.name,
             len(data),
+            len(stamps),
         )
 
 
