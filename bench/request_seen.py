@@ -27,7 +27,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 
-BACKENDS = ("set", "hash", "bloom", "windowed-bloom")
+BACKENDS = ("set", "hash", "compact", "bloom", "windowed-bloom")
 
 
 class BenchSpider(scrapy.Spider):
@@ -86,6 +86,7 @@ def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[f
                 "REDIS_URL": url,
                 "DEDUP_BACKEND": backend,
                 "DEDUP_BLOOM_CAPACITY": 2 * n,
+                "DEDUP_COMPACT_CAPACITY": max(1_000, 2 * n),
             }
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
             keep(backend, offer(RFPDupeFilter.from_spider(spider), requests))

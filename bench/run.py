@@ -145,7 +145,7 @@ def used_memory(r: redis.Redis) -> int:
 # live in one Redis and are measured in interleaved rounds; footprint() rebuilds it
 # alone in a flushed Redis, fills it to n fingerprints and measures memory and accuracy.
 
-OURS = ("set", "hash", "bloom", "windowed-bloom")
+OURS = ("set", "hash", "compact", "bloom", "windowed-bloom")
 
 
 def kinds(n: int) -> list[tuple[str, dict[str, Any]]]:
@@ -168,6 +168,7 @@ def our_backend(kind: str, server: redis.Redis, key: str, n: int) -> Any:
         {
             "DEDUP_BACKEND": kind,
             "DEDUP_BLOOM_CAPACITY": n,
+            "DEDUP_COMPACT_CAPACITY": max(1_000, n),
             "DEDUP_BLOOM_ERROR_RATE": ERROR_RATE,
             "DEDUP_WINDOW": "day",
             "DEDUP_WINDOW_COUNT": 7,
@@ -448,7 +449,7 @@ def on_cluster(binary: str, url: str, res: Results, sizes: dict[str, int]) -> No
 
     with EmbeddedCluster(3, binary=binary) as cluster:
         subjects = []
-        for kind in ("hash", "bloom", "windowed-bloom"):
+        for kind in ("hash", "compact", "bloom", "windowed-bloom"):
             pair = []
             for where, server in (
                 ("single", redis.Redis.from_url(url)),
@@ -499,6 +500,10 @@ def evaluate(res: Results) -> None:
     target("bloom round trips per request", round(bloom.round_trips, 2), 1.0, higher=False)
     target("windowed-bloom round trips per request", round(windowed.round_trips, 2), 1.0, False)
     target("hash throughput / scrapy-redis set", hash_.vs_set, 0.85)
+    compact = rows["ours: compact"]
+    target("compact throughput / scrapy-redis set", compact.vs_set, 1.0)
+    assert compact.bytes_per_fp
+    target("compact memory per fingerprint (B)", compact.bytes_per_fp, 16, False)
     assert bloom.bytes_per_fp and bloom.theory_bytes_per_fp and bloom.designed_fp_rate
     target("bloom memory / theory", bloom.bytes_per_fp / bloom.theory_bytes_per_fp, 1.15, False)
     target(

@@ -1,7 +1,7 @@
 """Data migrations of scrapy_dedup_suite: converting what scrapy-redis stored.
 
 ``scrapy migrate-set-to-bloom`` (:mod:`.command`) moves a scrapy-redis fingerprint set
-(:mod:`.source`) into a filter of ``MIGRATION_TARGETS`` (bloom, windowed-bloom, hash,
+(:mod:`.source`) into a filter of ``MIGRATION_TARGETS`` (bloom, windowed-bloom, hash, compact,
 native-bloom, windowed-native-bloom): :mod:`.migration` checks and plans it, a writer of
 :mod:`.writers` writes it (bits in bulk, or the target's own check-and-add), and
 :mod:`.report` says what was done.

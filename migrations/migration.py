@@ -67,7 +67,7 @@ class SetMigration:
         if target.name == "set":
             raise TargetError(
                 "The target is a set: the source already is what the set backend reads. "
-                "Choose bloom, windowed-bloom or hash (--to)."
+                "Choose bloom, windowed-bloom, hash or compact (--to)."
             )
         # A Bloom target's own members (params, scaling, layers...) are used only where
         # it declares bulk_bits.

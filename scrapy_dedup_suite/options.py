@@ -61,6 +61,16 @@ class HashOptions:
         )
 
 
+@dataclass(frozen=True)
+class CompactOptions:
+    capacity: int
+    shards: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> CompactOptions:
+        return cls(read(settings, "DEDUP_COMPACT_CAPACITY"), read(settings, "DEDUP_HASH_SHARDS"))
+
+
 #: The settings each sizing parameter comes from, for bloom_math's messages.
 BLOOM_SETTINGS = {
     "capacity": "DEDUP_BLOOM_CAPACITY",

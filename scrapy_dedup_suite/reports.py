@@ -205,8 +205,70 @@ class TimeWindow:
         return [f"{self.count} buckets of one {self.window} ({self.tz})"]
 
 
+@dataclass(frozen=True)
+class CompactBuckets:
+    """A compact filter's buckets, measured on a random sample of them."""
+
+    buckets: int
+    shards: int
+    capacity: int  # fingerprints it was sized for (DEDUP_COMPACT_CAPACITY)
+    listpack_entries: int | None  # the server's hash-max-listpack-entries (None: unknown)
+    sampled: int
+    sampled_fields: int
+    sampled_memory: int  # MEMORY USAGE over the sampled buckets
+    hashtables: int  # sampled buckets that left the listpack encoding
+
+    @property
+    def estimated_fields(self) -> float:
+        return self.sampled_fields * self.buckets / self.sampled if self.sampled else 0.0
+
+    @property
+    def estimated_memory(self) -> float:
+        return self.sampled_memory * self.buckets / self.sampled if self.sampled else 0.0
+
+    @property
+    def bytes_per_fingerprint(self) -> float | None:
+        return self.sampled_memory / self.sampled_fields if self.sampled_fields else None
+
+    @property
+    def past_capacity(self) -> bool:
+        return self.estimated_fields > self.capacity
+
+    def describe(self) -> list[str]:
+        limit = (
+            f"the server keeps up to {self.listpack_entries} fields a hash compact"
+            if self.listpack_entries is not None
+            else "the server's hash-max-listpack-entries is unknown (CONFIG refused)"
+        )
+        lines = [
+            f"about {self.estimated_fields:,.0f} fingerprints (exact) in {self.buckets:,} "
+            f"buckets over {self.shards} shard(s), sized for {self.capacity:,} ({limit})"
+        ]
+        per = self.bytes_per_fingerprint
+        lines.append(
+            f"of {self.sampled:,} sampled buckets, {self.hashtables:,} left the compact "
+            "encoding"
+            + (f"; {per:.1f} bytes a fingerprint (MEMORY USAGE)" if per is not None else "")
+        )
+        return lines
+
+    def warning(self, key: str) -> str | None:
+        """What to tell an operator when buckets leave (or will leave) the compact
+        encoding, else None."""
+        if not self.past_capacity and not self.hashtables:
+            return None
+        return (
+            f"the compact filter at {key!r} holds about {self.estimated_fields:,.0f} "
+            f"fingerprints (sized for {self.capacity:,}), and {self.hashtables} of "
+            f"{self.sampled} sampled buckets have left the server's compact encoding: "
+            "answers stay exact, but memory per fingerprint grows up to 5x. Create a new "
+            "filter at another SCHEDULER_DUPEFILTER_KEY with a larger "
+            "DEDUP_COMPACT_CAPACITY"
+        )
+
+
 #: What ``DedupBackend.contents()`` returns: each says itself in lines.
-Contents = Union[Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindow]
+Contents = Union[Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindow, CompactBuckets]
 
 
 def as_json(value: Any) -> Any:

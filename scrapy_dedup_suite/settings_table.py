@@ -174,6 +174,8 @@ MAX_BATCH_SIZE = 10_000
 MAX_BATCH_THREADS = 64
 #: The most hashes a hash filter spreads its fields over.
 MAX_SHARDS = 4096
+#: The most fingerprints a compact filter is sized for (2^31 buckets of 256 at most).
+MAX_COMPACT_CAPACITY = 10**12
 #: What DEDUP_ON_ERROR may be.
 ON_ERROR = ("allow", "raise")
 
@@ -222,7 +224,8 @@ TABLE: tuple[Setting, ...] = (
             f"a whole number of hashes from 1 to {MAX_SHARDS:,} (each is checked at open and "
             "scanned by the janitor)",
         ),
-        "hash: number of hashes, fixed when created",
+        "hash: number of hashes; compact: number of hash-tagged groups of buckets (on a "
+        "cluster, each group is one slot); fixed when created",
     ),
     Setting(
         "DEDUP_HASH_FIELD_EXPIRY",
@@ -232,6 +235,18 @@ TABLE: tuple[Setting, ...] = (
         "where it can (Redis >= 7.4, Valkey >= 9), else the janitor; an existing filter keeps "
         "its way. `True`/`False` require one way",
         shown="`None` (auto)",
+    ),
+    Setting(
+        "DEDUP_COMPACT_CAPACITY",
+        10_000_000,
+        Whole(
+            1_000,
+            MAX_COMPACT_CAPACITY,
+            f"a whole number of fingerprints from 1,000 to {MAX_COMPACT_CAPACITY:,}",
+        ),
+        "compact: fingerprints the filter is sized for, fixed when created; its buckets keep "
+        "the server's compact encoding up to about this many (past it answers stay exact, "
+        "memory per fingerprint grows, and a WARNING says so)",
     ),
     Setting(
         "DEDUP_BLOOM_CAPACITY",

@@ -17,6 +17,7 @@ import redis
 from scrapy_dedup_suite.backends import BACKENDS as BACKEND_REGISTRY
 from scrapy_dedup_suite.backends import (
     BloomBackend,
+    CompactBackend,
     DedupBackend,
     HashBackend,
     NativeBloomBackend,
@@ -233,6 +234,10 @@ SMALL = BloomParams.from_capacity(50_000, 0.001, blocks=4)
 BACKENDS: dict[str, BackendFactory] = {
     "set": lambda server, key="t:dedup", **kw: SetBackend(server, key),
     "hash": lambda server, key="t:dedup", **kw: HashBackend(server, key, shards=4, **kw),
+    # Small enough that a test's few thousand fingerprints fill its buckets.
+    "compact": lambda server, key="t:dedup", **kw: CompactBackend(
+        server, key, capacity=kw.get("capacity", 5_000), shards=4
+    ),
     "bloom": lambda server, key="t:dedup", **kw: BloomBackend(server, key, kw.get("params", SMALL)),
     "windowed-bloom": lambda server, key="t:dedup", **kw: WindowedBloomBackend(
         server, key, kw.get("params", SMALL), kw.get("window", WindowSpec.parse("day", 3))

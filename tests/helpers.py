@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_ROWS: dict[str, dict[str, Any]] = {
     "set": {"DEDUP_BACKEND": "set"},
     "hash": {"DEDUP_BACKEND": "hash"},
+    "compact": {"DEDUP_BACKEND": "compact", "DEDUP_COMPACT_CAPACITY": 5_000},
     "bloom": {"DEDUP_BACKEND": "bloom"},
     "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
     "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},

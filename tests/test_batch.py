@@ -24,7 +24,7 @@ from .servers import poll_until
 
 ON_CLUSTER = True
 
-EXACT = {"set", "hash"}
+EXACT = {"set", "hash", "compact"}
 
 
 def evalsha_calls(client: Any) -> dict[str, int]:
@@ -231,7 +231,9 @@ def test_an_unreachable_redis_raises_after_retries_with_raise(redis_server, serv
     assert df.stats.get_value("dedup/errors") == 1
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r.values[0] in ("set", "hash", "bloom")])
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if r.values[0] in ("set", "hash", "compact", "bloom")]
+)
 def test_crawler_processes_batching_the_same_links_admit_each_once(redis_url, topology, row):
     name = row
     connect(redis_url, topology).flushall()

@@ -27,6 +27,7 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert [n for n in names if n.startswith("ours")] == [
         "ours: set",
         "ours: hash",
+        "ours: compact",
         "ours: bloom",
         "ours: windowed-bloom (7 buckets)",
     ]
@@ -42,7 +43,7 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert ours_crowd["admitted"] == ours_crowd["distinct"] == 200
     assert results["concurrency"]["legacy"]["admitted"] >= 200
     assert len(results["targets"]) >= 11
-    assert sorted(results["cluster"]) == ["bloom", "hash", "windowed-bloom"]
+    assert sorted(results["cluster"]) == ["bloom", "compact", "hash", "windowed-bloom"]
     assert all(e["cluster_new_per_s"] > 0 and e["ratio"] > 0 for e in results["cluster"].values())
     assert "migrate-set-to-bloom: 5,000 members at" in proc.stdout
     assert proc.stdout.count("met ") + proc.stdout.count("MISSED ") == len(results["targets"])
@@ -58,7 +59,7 @@ def test_request_seen_bench_runs(redis_server):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
-    ours = ["set", "hash", "bloom", "windowed-bloom"]
+    ours = ["set", "hash", "compact", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
     assert "(1.00x)" in proc.stdout
 

@@ -96,6 +96,7 @@ def test_default_keys_and_scheduler_key_setting(redis_server, server, backend):
     expected = {
         "set": "myspider:dupefilter",
         "hash": "myspider:dedup-hash",
+        "compact": "myspider:dedup-compact",
         "bloom": "myspider:bloomfilter",
         "windowed-bloom": "myspider:windowed-bloom",
         "native-bloom": "myspider:native-bloom",

@@ -23,3 +23,25 @@ def test_lua_bloom_blocks_are_digits_24_to_32_of_the_digest():
     params = BloomParams.from_capacity(10_000_000, 0.001, blocks=16)
     assert [params.block_of(fp) for fp in FINGERPRINTS] == [9, 6, 8, 7, 12]
     assert all(params.block_of(fp) == int(fp[24:32], 16) % 16 for fp in FINGERPRINTS)
+
+
+def test_compact_buckets_and_fields_come_from_the_sha1_of_the_fingerprint():
+    from scrapy_dedup_suite.backends.compact import CompactBackend
+
+    backend = CompactBackend(None, "k", capacity=10_000_000, shards=16, buckets=39_063)
+    located = [backend.locate(fp) for fp in FINGERPRINTS]
+    assert [bucket for bucket, _ in located] == [3599, 24219, 36561, 34912, 35393]
+    assert [field.hex() for _, field in located] == [
+        "1955d5f7a2b9dd6c",
+        "3ac1445a500251fc",
+        "2581d785ba910fbf",
+        "456b52abe1182f5a",
+        "e02f6d92150e84bf",
+    ]
+    for fp, (bucket, field) in zip(FINGERPRINTS, located):
+        digest = hashlib.sha1(fp.encode()).digest()
+        assert bucket == int.from_bytes(digest[:4], "big") % 39_063 and field == digest[4:12]
+    # Bucket b is in group b % shards, hash-tagged with it; the group's stamp beside it.
+    assert backend.bucket_key(3599) == "{k:15}:3599"
+    assert backend.stamp_keys[15] == "{k:15}:meta"
+    assert backend.locate("https://x/")[0] == backend.locate("https://x/")[0]  # any string

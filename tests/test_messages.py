@@ -223,7 +223,7 @@ def test_memory_is_written_one_way(size, shown):
 
 
 def test_dedup_info_shows_what_each_backend_holds(redis_server):
-    from scrapy_dedup_suite.backends import BloomBackend, SetBackend
+    from scrapy_dedup_suite.backends import BloomBackend, CompactBackend, SetBackend
     from scrapy_dedup_suite.bloom_math import BloomParams
 
     client = redis.Redis.from_url(redis_server.url)
@@ -237,9 +237,13 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     bloom = BloomBackend(client, "site:bloomfilter", BloomParams.from_capacity(50_000, 0.001))
     bloom.open()
     bloom.add_many(fps)
+    compact = CompactBackend(client, "site:dedup-compact", capacity=20_000, shards=4)
+    compact.open()
+    compact.add_many(fps)
     before = sorted(client.scan_iter())
     url = redis_server.url
-    common = ["--spider", "site", "-s", f"REDIS_URL={url}", "-s", "DEDUP_HASH_SHARDS=4"]
+    common = ["--spider", "site", "-s", f"REDIS_URL={url}", "-s", "DEDUP_HASH_SHARDS=4",
+              "-s", "DEDUP_COMPACT_CAPACITY=20000"]  # fmt: skip
     text = scrapy_cmd("dedup-info", *common)
     assert text.returncode == 0, text.stderr[-2000:]
     out = text.stdout
@@ -254,6 +258,10 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     assert "bloom at 'site:bloomfilter': stored with other parameters" in out
     assert "capacity: stored '50,000', configured '10,000,000'" in out
     assert "windowed-bloom at 'site:windowed-bloom': nothing stored" in out
+    # Every bucket is sampled (fewer than 256): the count is exact here.
+    buckets = compact.buckets
+    assert f"about 300 fingerprints (exact) in {buckets} buckets over 4 shard(s)" in out
+    assert f"of {buckets} sampled buckets, 0 left the compact encoding" in out
     as_json = scrapy_cmd("dedup-info", *common, "-s", "DEDUP_BLOOM_CAPACITY=50000", "--json")
     found = json.loads(as_json.stdout)
     assert found["bloom"]["stored"] and 290 < found["bloom"]["estimated_items"] < 310
@@ -262,6 +270,8 @@ def test_dedup_info_shows_what_each_backend_holds(redis_server):
     (fields,) = found["hash"]["contents"]
     assert fields["kind"] == "HashFields" and fields["sample"]["expired"] == 100
     assert found["windowed-bloom"]["stored"] is False
+    (sampled,) = found["compact"]["contents"]
+    assert sampled["kind"] == "CompactBuckets" and sampled["sampled_fields"] == 300
     # It only reads: the keys are those written above, and no more.
     assert sorted(client.scan_iter()) == before
 

@@ -351,7 +351,7 @@ def test_a_set_migrates_into_the_hash_backend(server):
     assert sum(server.hlen(k) for k in target.shard_keys) == len(members)
     # A set cannot be the target of a set.
     fill_set(server, "src2", fingerprints(10))
-    with pytest.raises(TargetError, match="Choose bloom, windowed-bloom or hash"):
+    with pytest.raises(TargetError, match="Choose bloom, windowed-bloom, hash or compact"):
         SetMigration(SetBackend(server, "t:s"), "src2")
     assert server.keys("t:s*") == []
 
@@ -408,3 +408,22 @@ def test_failed_verification_keeps_the_source(server, monkeypatch):
     with pytest.raises(VerificationError, match="500 of 500 source fingerprints are not"):
         SetMigration(target, "src", sample=1000).run(delete_source=True)
     assert server.scard("src") == 500
+
+
+@pytest.mark.subprocess
+def test_the_command_migrates_a_set_into_a_compact_filter(redis_settings, server):
+    from scrapy_dedup_suite.backends import CompactBackend
+
+    members = [*fingerprints(3000), "not-a-hex-digest"]  # any string, as the set holds
+    fill_set(server, "s:dupefilter", members)
+    proc = run_command(
+        redis_settings, "--spider", "s", "--to", "compact", "-s", "DEDUP_COMPACT_CAPACITY=10000",
+        "--verify", "all", "--delete-source",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "verified 3,001 source members (all): all found" in proc.stdout
+    target = CompactBackend(server, "s:dedup-compact", capacity=10_000)
+    target.open()
+    assert target.count() == len(members)
+    assert all(target.contains_many(members))
+    assert not server.exists("s:dupefilter")

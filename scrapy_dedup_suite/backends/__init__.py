@@ -15,6 +15,7 @@ from ..options import DupefilterOptions, WaitOptions
 from ..settings_table import read
 from .base import DedupBackend, as_str
 from .bloom import BloomBackend
+from .compact import CompactBackend
 from .hash import HashBackend
 from .keys import meta_key
 from .native import NativeBloomBackend, WindowedNativeBloomBackend
@@ -26,6 +27,7 @@ BACKENDS: dict[str, type[DedupBackend]] = {
     for cls in (
         SetBackend,
         HashBackend,
+        CompactBackend,
         BloomBackend,
         WindowedBloomBackend,
         NativeBloomBackend,
@@ -36,7 +38,14 @@ BACKENDS: dict[str, type[DedupBackend]] = {
 #: The backend whose data ``scrapy migrate-set-to-bloom`` converts (scrapy-redis's set),
 #: and the backends it converts it into (``--to``).
 MIGRATION_SOURCE = "set"
-MIGRATION_TARGETS = ("bloom", "windowed-bloom", "hash", "native-bloom", "windowed-native-bloom")
+MIGRATION_TARGETS = (
+    "bloom",
+    "windowed-bloom",
+    "hash",
+    "compact",
+    "native-bloom",
+    "windowed-native-bloom",
+)
 
 
 def get_backend_class(name: object) -> type[DedupBackend]:
@@ -153,6 +162,7 @@ __all__ = [
     "MIGRATION_SOURCE",
     "MIGRATION_TARGETS",
     "BloomBackend",
+    "CompactBackend",
     "DedupBackend",
     "HashBackend",
     "NativeBloomBackend",

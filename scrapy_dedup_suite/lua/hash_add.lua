@@ -25,13 +25,8 @@ for i = 2, #ARGV, 3 do
     if expiry > now then answer = 1 end
   end
   if answer == 0 then
-    local field = shard .. '\0' .. fp
-    if written[field] then
-      answer = 1 -- repeated in this call: new once, then seen
-    else
-      written[field] = true
-      writes[#writes + 1] = i
-    end
+    answer = dedup_repeat(written, shard, fp)
+    if answer == 0 then writes[#writes + 1] = i end
   end
   out[#out + 1] = answer
 end

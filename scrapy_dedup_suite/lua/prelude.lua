@@ -43,3 +43,14 @@ local function dedup_check_type(key, want, what)
   end
   return kind
 end
+
+-- For a script that answers every fingerprint before it writes: whether the field
+-- ``field`` of ``key`` is to be written (0: first seen in this call) or a repeat of one
+-- written earlier in the same call (1: new once, then seen). ``planned`` is the call's
+-- table of fields to write.
+local function dedup_repeat(planned, key, field)
+  local id = key .. '\0' .. field
+  if planned[id] then return 1 end
+  planned[id] = true
+  return 0
+end

@@ -1,0 +1,371 @@
+"""``compact``: exact dedup that never expires, in small hash buckets: about 13 bytes a
+fingerprint where scrapy-redis's set takes 62-88.
+
+Each fingerprint string is hashed (SHA1, whatever fingerprinter made it): the first 4
+bytes of the digest choose one of ``buckets`` hashes, the next 8 bytes are the field
+there, with an empty value. Redis keeps a hash of up to ``hash-max-listpack-entries``
+small fields (512 by default, also on managed servers that do not let it be changed) as
+one compact listpack, about 10 bytes a field; past it, the hash becomes a hashtable of
+about 60 bytes a field. So the bucket count is fixed when the filter is created, from
+DEDUP_COMPACT_CAPACITY and the server's limit (read then): buckets average half the limit
+at capacity. Past capacity answers stay exact; buckets leave the listpack encoding
+one by one, and a WARNING (at open, and in ``scrapy dedup-info``) says so.
+
+Exact in the sense users mean: a new fingerprint is taken as seen only when its bucket
+and its 64 field bits both equal a stored fingerprint's, about
+``n / (buckets * 2**64)`` for ``n`` stored (below 10**-16 per request at 10**9
+fingerprints in 2**22 buckets).
+
+The buckets are spread over DEDUP_HASH_SHARDS groups; bucket ``b`` is in group
+``b % shards`` and its key is ``{<key>:<group>}:<b>``, so a page's links touch at most
+``shards`` cluster slots, and each group has a stamp in its slot (lua/stamp.lua). The
+parameter record is ``<key>:meta``. The per-request check is one HSETNX, as
+scrapy-redis's is one SADD; a batch is one script call per slot. There are too many
+buckets to list at every open: open checks the record and the stamps, and
+:meth:`CompactBackend.bucket_keys` lists the buckets for ``clear()`` and ``count()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import random
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, fields
+from typing import Any
+
+from redis.exceptions import ResponseError
+from scrapy.settings import BaseSettings
+
+from .. import scripts
+from ..connection import is_cluster, masters, nodes_of
+from ..options import CompactOptions
+from ..reports import CompactBuckets, Contents
+from ..settings_table import check, default
+from .base import BATCH, LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, chunks, slot_sibling
+from .capabilities import Capabilities
+from .clearing import delete_if_type
+from .keys import META, meta_key
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of the digest that choose the bucket, and bytes kept as the field.
+BUCKET_BYTES, FIELD_BYTES = 4, 8
+#: The most buckets (what BUCKET_BYTES can choose from).
+MAX_BUCKETS = 2 ** (8 * BUCKET_BYTES)
+#: Redis's default ``hash-max-listpack-entries``.
+DEFAULT_LISTPACK_ENTRIES = 512
+#: What is assumed when the server will not say (CONFIG refused): managed servers keep
+#: the default, but a lower assumption costs little (more, smaller buckets).
+UNKNOWN_LISTPACK_ENTRIES = 128
+#: Buckets sampled at open and by ``dedup-info`` to estimate the fill and the memory.
+SAMPLE = 256
+
+
+def listpack_limits(server: Any) -> tuple[int, int] | None:
+    """The lowest ``hash-max-listpack-entries`` and ``-value`` over the masters
+    (``hash-max-ziplist-*`` on Redis 6), or None when CONFIG is refused."""
+    entries: list[int] = []
+    value: list[int] = []
+    try:
+        for client in masters(server):
+            found = {as_str(k): as_str(v) for k, v in client.config_get("hash-max-*").items()}
+            for kind, out in (("entries", entries), ("value", value)):
+                # hash-max-ziplist-* on Redis 6
+                said = found.get(f"hash-max-listpack-{kind}", found.get(f"hash-max-ziplist-{kind}"))
+                out.append(int(said or ""))
+    except (ResponseError, ValueError):  # CONFIG refused or renamed
+        return None
+    return (min(entries), min(value)) if entries else None
+
+
+def bucket_count(capacity: int, entries: int, shards: int) -> int:
+    """Buckets so that ``capacity`` fingerprints average half of ``entries`` a bucket."""
+    per_bucket = max(1, entries // 2)
+    return max(shards, min(MAX_BUCKETS, math.ceil(capacity / per_bucket)))
+
+
+class CompactBackend(DedupBackend):
+    name = "compact"
+    default_key = "%(spider)s:dedup-compact"
+    capabilities = Capabilities(count=True, stable_answers=True)
+    add_script = scripts.COMPACT_ADD
+    spread_setting = "DEDUP_HASH_SHARDS"
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        *,
+        capacity: int = default("DEDUP_COMPACT_CAPACITY"),
+        shards: int = default("DEDUP_HASH_SHARDS"),
+        buckets: int | None = None,
+    ) -> None:
+        """``buckets``: None for the count the stored filter was created with, or (a new
+        filter) the count ``capacity`` and the server's listpack limit give."""
+        super().__init__(server, key)
+        self.capacity = check("DEDUP_COMPACT_CAPACITY", capacity)
+        self.shards = check("DEDUP_HASH_SHARDS", shards)
+        self._buckets = buckets
+        self.meta_key = meta_key(key)
+        groups = [f"{key}:{g}" for g in range(self.shards)]
+        # Each group's stamp, and the prefix of its buckets' keys, in the group's slot.
+        self.stamp_keys = [slot_sibling(group, META) for group in groups]
+        self._prefixes = [slot_sibling(group, ":")[:-1] + ":" for group in groups]
+        #: The server's ``hash-max-listpack-entries`` as read at open (None: unknown).
+        self.listpack_entries: int | None = None
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> CompactBackend:
+        options = CompactOptions.from_settings(settings)
+        return cls(server, key, capacity=options.capacity, shards=options.shards)
+
+    def with_key(self, key: str) -> CompactBackend:
+        return CompactBackend(self.server, key, capacity=self.capacity, shards=self.shards)
+
+    # -- the layout --------------------------------------------------------------------
+
+    @property
+    def buckets(self) -> int:
+        """How many buckets (see :meth:`resolve_buckets`, at the first use)."""
+        return self._buckets or self.resolve_buckets()
+
+    def locate(self, fingerprint: str) -> tuple[int, bytes]:
+        """The bucket that holds ``fingerprint`` and its field there."""
+        digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
+        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % self.buckets
+        return bucket, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
+
+    def bucket_key(self, bucket: int) -> str:
+        return f"{self._prefixes[bucket % self.shards]}{bucket}"
+
+    def bucket_keys(self) -> Iterator[list[str]]:
+        """Every bucket's key, in lists of up to BATCH, each within one group (slot)."""
+        for group in range(self.shards):
+            yield from chunks(
+                (self.bucket_key(b) for b in range(group, self.buckets, self.shards)), BATCH
+            )
+
+    def resolve_buckets(self) -> int:
+        """The bucket count of the stored filter (its record, else its stamps) when it
+        was sized for this capacity; else the count this capacity and the server's
+        listpack limit give (a new filter, or one the record refuses at open)."""
+        stored = []
+        if as_str(self.server.type(self.meta_key)) == "hash":
+            record = self.server.hgetall(self.meta_key)
+            stored.append({as_str(k): as_str(v) for k, v in record.items()})
+        else:
+            pipe = self.server.pipeline(transaction=False)
+            for key in self.stamp_keys:
+                pipe.get(key)
+            stored += [
+                MetaSpec.parse_stamp(as_str(v))
+                for v in pipe.execute(raise_on_error=False)
+                if isinstance(v, (bytes, str))
+            ]
+        for said in stored:
+            if (
+                said.get("backend") == self.name
+                and said.get("sized_for") == str(self.capacity)
+                and said.get("buckets", "").isdigit()
+            ):
+                self._buckets = int(said["buckets"])
+                return self._buckets
+        limits = listpack_limits(self.server)
+        entries = limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES
+        self._buckets = bucket_count(self.capacity, entries, self.shards)
+        self._stamp = None
+        return self._buckets
+
+    def meta_spec(self) -> MetaSpec:
+        return MetaSpec(
+            self.meta_key,
+            {
+                "backend": self.name,
+                "layout": LAYOUT_VERSION,
+                "shards": str(self.shards),
+                "sized_for": str(self.capacity),
+                "buckets": str(self.buckets),
+                "field_bytes": str(FIELD_BYTES),
+                "created": str(int(time.time())),
+            },
+            ("layout", "shards", "sized_for", "buckets", "field_bytes"),
+        )
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.resolve_buckets()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.resolve_buckets()
+        return super().verify()
+
+    def _prepare(self) -> None:
+        limits = listpack_limits(self.server)
+        self.listpack_entries = limits[0] if limits is not None else None
+        warning = self.encoding_warning(limits)
+        if warning is None and self.held_data:
+            warning = self.sample().warning(self.key)
+        if warning is not None:
+            logger.warning("%s%s.", warning[0].upper(), warning[1:])
+
+    def encoding_warning(self, limits: tuple[int, int] | None) -> str | None:
+        """What to say when the server's listpack limits cannot hold this filter's
+        buckets (changed since it was created, or another server), else None."""
+        if limits is None:
+            return None
+        entries, value = limits
+        if value < FIELD_BYTES:
+            return (
+                f"the Redis server's hash-max-listpack-value is {value}: the compact filter "
+                f"at {self.key!r} keeps {FIELD_BYTES}-byte fields, so every bucket is a "
+                "hashtable (about 5x the memory). Set hash-max-listpack-value to 64 (the "
+                "default) on the server"
+            )
+        per_bucket = self.capacity / self.buckets
+        if per_bucket > entries * 0.75:
+            return (
+                f"the Redis server's hash-max-listpack-entries is {entries}, and the compact "
+                f"filter at {self.key!r} was sized for buckets of {per_bucket:,.0f} "
+                "fingerprints at capacity: its fuller buckets will be hashtables (about 5x "
+                "the memory). Raise hash-max-listpack-entries to 512 (the default), or "
+                "create a new filter on this server (another SCHEDULER_DUPEFILTER_KEY)"
+            )
+        return None
+
+    # -- the operations --------------------------------------------------------------------
+
+    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
+        if self.wait_replicas:  # the script's call, which waits for the replicas
+            return self.check_and_add_many([fingerprint])[0]
+        bucket, field = self.locate(fingerprint)
+        # HSETNX answers 0 when the field was there.
+        return self.server.execute_command("HSETNX", self.bucket_key(bucket), field, "") == 0
+
+    def add_group(self, fingerprint: str) -> int:
+        return self.locate(fingerprint)[0]
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        return [self.stamp_keys[group % self.shards], self.bucket_key(group)]
+
+    def add_header(self, context: Any) -> list[Any]:
+        return [self.stamp]
+
+    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
+        return [self.locate(fingerprint)[1]]
+
+    def contains(self, fingerprint: str) -> bool:
+        bucket, field = self.locate(fingerprint)
+        return bool(self.server.execute_command("HEXISTS", self.bucket_key(bucket), field))
+
+    def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
+        out: list[bool] = []
+        for batch in chunks(fingerprints):
+            pipe = self.server.pipeline(transaction=False)
+            for fingerprint in batch:
+                bucket, field = self.locate(fingerprint)
+                pipe.execute_command("HEXISTS", self.bucket_key(bucket), field)
+            out += [bool(v) for v in pipe.execute()]
+        return out
+
+    def count(self) -> int:
+        total = 0
+        for keys in self.bucket_keys():
+            pipe = self.server.pipeline(transaction=False)
+            for key in keys:
+                pipe.hlen(key)
+            total += sum(int(n) for n in pipe.execute())
+        return total
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def owned_keys(self) -> list[str]:
+        """The buckets, the stamps and the record (the buckets are too many to check at
+        every open: :meth:`expected_types` is the record and the stamps)."""
+        return [key for keys in self.bucket_keys() for key in keys] + [
+            *self.stamp_keys,
+            self.meta_key,
+        ]
+
+    def expected_types(self) -> dict[str, str]:
+        return {**dict.fromkeys(self.stamp_keys, "string"), self.meta_key: "hash"}
+
+    def fingerprint_types(self, fingerprint: str) -> dict[str, str]:
+        bucket = self.locate(fingerprint)[0]
+        return {self.stamp_keys[bucket % self.shards]: "string", self.bucket_key(bucket): "hash"}
+
+    def stamp_of(self, data_key: str) -> str | None:
+        if data_key in self.stamp_keys:
+            return data_key
+        for prefix, stamp in zip(self._prefixes, self.stamp_keys):
+            if data_key.startswith(prefix) and data_key[len(prefix) :].isdigit():
+                return stamp
+        return None
+
+    def clear(self) -> int:
+        """Every bucket's type is checked before anything is deleted; then the record and
+        the stamps go (as for every backend), then the buckets, a slot's BATCH at a time.
+        A worker that writes meanwhile leaves buckets the next open adopts, as it
+        would have written them after the clear."""
+        for keys in self.bucket_keys():
+            self.check_types(dict.fromkeys(keys, "hash"))
+        deleted = super().clear()
+        for keys in self.bucket_keys():
+            deleted += delete_if_type(self, keys, dict.fromkeys(keys, "hash"))
+        return deleted
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def sample(self) -> CompactBuckets:
+        """Up to SAMPLE random buckets measured (fields, MEMORY USAGE, encoding), and
+        what they say of the whole filter."""
+        picked = random.sample(range(self.buckets), min(SAMPLE, self.buckets))
+        pipe = self.server.pipeline(transaction=False)
+        for bucket in picked:
+            key = self.bucket_key(bucket)
+            pipe.hlen(key)
+            pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+            pipe.execute_command("OBJECT", "ENCODING", key)
+        answers = pipe.execute(raise_on_error=False)
+        fields = [int(n) for n in answers[0::3]]
+        memory = [int(m) if isinstance(m, int) else 0 for m in answers[1::3]]
+        encodings = [as_str(e) for e in answers[2::3] if isinstance(e, (bytes, str))]
+        return CompactBuckets(
+            buckets=self.buckets,
+            shards=self.shards,
+            capacity=self.capacity,
+            listpack_entries=self.listpack_entries,
+            sampled=len(picked),
+            sampled_fields=sum(fields),
+            sampled_memory=sum(memory),
+            hashtables=sum(1 for e in encodings if e == "hashtable"),
+        )
+
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
+        info = self.info() if info is None else info
+        return [CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})]
+
+    def info(self) -> dict[str, Any]:
+        """As every backend's, with the buckets measured on a sample (a filter may have
+        millions): their keys and memory estimated."""
+        if self.listpack_entries is None:
+            limits = listpack_limits(self.server)
+            self.listpack_entries = limits[0] if limits is not None else None
+        sample = self.sample()
+        small = [*self.stamp_keys, self.meta_key]
+        info: dict[str, Any] = {
+            "backend": self.name,
+            "key": self.key,
+            "keys": len(small) + self.buckets,
+            "memory_bytes": self.memory_usage(small) + round(sample.estimated_memory),
+            "fields": round(sample.estimated_fields),
+            **asdict(sample),  # buckets, shards, capacity, what was sampled
+        }
+        if is_cluster(self.server):
+            # Which master holds how many groups of buckets (their stamps' slots).
+            info["nodes"] = nodes_of(self.server, self.stamp_keys)
+        return info

@@ -1,0 +1,169 @@
+"""The compact backend's own promises: buckets sized from the server's listpack limit
+and kept in the compact encoding, one HSETNX a request, a warning when a filter
+outgrows its capacity, a stored bucket count that settings and servers cannot change
+silently, wrong-typed buckets refused. The shared behaviour (answers, batches, races,
+clear(), crawls) is the ``compact`` row of the backend table (conftest.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from scrapy_dedup_suite.backends import CompactBackend
+from scrapy_dedup_suite.backends.compact import bucket_count, listpack_limits
+from scrapy_dedup_suite.connection import masters
+from scrapy_dedup_suite.exceptions import FilterMismatchError, WrongKeyTypeError
+from scrapy_dedup_suite.failures import translate
+
+from .helpers import fingerprints
+
+ON_CLUSTER = True  # sizing reads every master's limit; buckets spread over the masters
+
+
+def config_all(server: Any, name: str, value: str) -> None:
+    for client in masters(server):
+        client.config_set(name, value)
+
+
+@pytest.fixture
+def listpack_128(server: Any) -> Iterator[None]:
+    """Every master keeps hashes of up to 128 fields compact (put back after)."""
+    before = listpack_limits(server)
+    assert before is not None
+    config_all(server, "hash-max-listpack-entries", "128")
+    yield
+    config_all(server, "hash-max-listpack-entries", str(before[0]))
+
+
+def encodings(server: Any, backend: CompactBackend) -> dict[str, int]:
+    """How many of the filter's existing buckets have each encoding."""
+    out: dict[str, int] = {}
+    for keys in backend.bucket_keys():
+        for key in keys:
+            kind = server.object("encoding", key)
+            if kind is not None:
+                name = kind.decode() if isinstance(kind, bytes) else kind
+                out[name] = out.get(name, 0) + 1
+    return out
+
+
+def test_buckets_filled_to_capacity_keep_the_compact_encoding(server):
+    backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    backend.open()
+    limit = listpack_limits(server)
+    assert limit is not None
+    assert backend.buckets == bucket_count(20_000, limit[0], 4)
+    assert backend.add_many(fingerprints(20_000)) == 20_000
+    found = encodings(server, backend)
+    assert set(found) == {"listpack"}, found
+    assert backend.count() == 20_000
+    sample = backend.sample()
+    assert sample.hashtables == 0 and sample.warning("t:c") is None
+    assert 0.8 * 20_000 < sample.estimated_fields < 1.2 * 20_000
+
+
+def test_sizing_reads_the_servers_listpack_limit(server, listpack_128):
+    backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    backend.open()
+    assert backend.buckets == bucket_count(20_000, 128, 4) == 313  # 64 a bucket
+    backend.add_many(fingerprints(20_000))
+    assert set(encodings(server, backend)) == {"listpack"}
+    # Sized for the default 512 instead, most buckets would have left it.
+    assert bucket_count(20_000, 512, 4) * 128 < 20_000
+
+
+def test_the_stored_bucket_count_outlives_a_lower_limit_and_says_so(server, caplog):
+    first = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    first.open()
+    fps = fingerprints(500)
+    first.add_many(fps)
+    limit = listpack_limits(server)
+    assert limit is not None
+    config_all(server, "hash-max-listpack-entries", "64")
+    try:
+        again = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+        with caplog.at_level(logging.WARNING):
+            again.open()
+        assert again.buckets == first.buckets  # the record's, not the new limit's
+        assert again.contains_many(fps) == [True] * 500
+        assert "hash-max-listpack-entries is 64" in caplog.text
+    finally:
+        config_all(server, "hash-max-listpack-entries", str(limit[0]))
+
+
+def test_past_capacity_answers_stay_exact_and_a_warning_names_the_setting(server, caplog):
+    backend = CompactBackend(server, "t:c", capacity=1_000, shards=4)
+    backend.open()
+    fps = fingerprints(4_000)  # 1,000 a bucket: past any default limit
+    assert backend.check_and_add_many(fps) == [False] * 4_000
+    assert backend.check_and_add_many(fps) == [True] * 4_000
+    assert "hashtable" in encodings(server, backend)
+    with caplog.at_level(logging.WARNING):
+        CompactBackend(server, "t:c", capacity=1_000, shards=4).open()
+    assert "DEDUP_COMPACT_CAPACITY" in caplog.text and "answers stay exact" in caplog.text
+    warning = backend.sample().warning("t:c")
+    assert warning is not None and "holds about" in warning
+
+
+def test_another_capacity_is_refused_with_advice_that_is_accepted(server):
+    CompactBackend(server, "t:c", capacity=20_000, shards=4).open()
+    with pytest.raises(FilterMismatchError, match="DEDUP_COMPACT_CAPACITY = 20000") as info:
+        CompactBackend(server, "t:c", capacity=50_000, shards=4).open()
+    assert "\n" not in str(info.value)
+    CompactBackend(server, "t:c", capacity=20_000, shards=4).open()  # the advice works
+
+
+#: What clients send to manage connections and read these statistics, not data.
+CONNECTION_COMMANDS = tuple(
+    f"cmdstat_{name}"
+    for name in ("info", "config", "client", "cluster", "hello", "ping", "command")
+)
+
+
+def test_a_request_is_one_hsetnx(server):
+    backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    backend.open()
+    (fp,) = fingerprints(1)
+    for client in masters(server):
+        client.config_resetstat()
+    assert backend.check_and_add(fp) is False
+    assert backend.check_and_add(fp) is True
+    calls: dict[str, int] = {}
+    for client in masters(server):
+        for name, stat in client.info("commandstats").items():
+            if not name.startswith(CONNECTION_COMMANDS):
+                calls[name] = calls.get(name, 0) + int(stat["calls"])
+    assert calls == {"cmdstat_hsetnx": 2}
+
+
+def test_a_bucket_of_another_type_is_named_and_never_deleted(server):
+    backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    backend.open()
+    (fp,) = fingerprints(1, salt="wrong")
+    (bucket,) = [k for k, kind in backend.fingerprint_types(fp).items() if kind == "hash"]
+    server.rpush(bucket, "foreign")
+    with pytest.raises(redis.ResponseError) as raised:
+        backend.check_and_add(fp)
+    error = translate(raised.value, backend, fp)
+    assert isinstance(error, WrongKeyTypeError) and bucket in str(error)
+    # A batch refuses it too: its call (on a cluster, the call for that bucket's slot,
+    # which carries the other buckets of its group) writes nothing.
+    (stamp,) = [k for k, kind in backend.fingerprint_types(fp).items() if kind == "string"]
+    others = [
+        other
+        for other in fingerprints(1_000, salt="other")
+        if stamp in backend.fingerprint_types(other)
+        and bucket not in backend.fingerprint_types(other)
+    ][:50]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        backend.check_and_add_many([*others, fp])
+    assert backend.contains_many(others) == [False] * 50
+    # clear() checks every bucket first: nothing is deleted.
+    with pytest.raises(WrongKeyTypeError):
+        backend.clear()
+    assert server.lrange(bucket, 0, -1) == [b"foreign"]
+    assert server.exists(backend.meta_key)
