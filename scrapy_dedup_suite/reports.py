@@ -216,11 +216,17 @@ class CompactBuckets:
     sampled: int
     sampled_fields: int
     sampled_memory: int  # MEMORY USAGE over the sampled buckets
+    occupied: int  # sampled buckets that exist (hold a field)
     hashtables: int  # sampled buckets that left the listpack encoding
 
     @property
     def estimated_fields(self) -> float:
         return self.sampled_fields * self.buckets / self.sampled if self.sampled else 0.0
+
+    @property
+    def estimated_buckets(self) -> float:
+        """How many buckets exist (a bucket is created by its first field)."""
+        return self.occupied * self.buckets / self.sampled if self.sampled else 0.0
 
     @property
     def estimated_memory(self) -> float:

@@ -342,6 +342,7 @@ class CompactBackend(DedupBackend):
             sampled=len(picked),
             sampled_fields=sum(fields),
             sampled_memory=sum(memory),
+            occupied=sum(1 for n in fields if n),
             hashtables=sum(1 for e in encodings if e == "hashtable"),
         )
 
@@ -360,7 +361,7 @@ class CompactBackend(DedupBackend):
         info: dict[str, Any] = {
             "backend": self.name,
             "key": self.key,
-            "keys": len(small) + self.buckets,
+            "keys": len(small) + round(sample.estimated_buckets),
             "memory_bytes": self.memory_usage(small) + round(sample.estimated_memory),
             "fields": round(sample.estimated_fields),
             **asdict(sample),  # buckets, shards, capacity, what was sampled
