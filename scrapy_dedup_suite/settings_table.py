@@ -174,7 +174,8 @@ MAX_BATCH_SIZE = 10_000
 MAX_BATCH_THREADS = 64
 #: The most hashes a hash filter spreads its fields over.
 MAX_SHARDS = 4096
-#: The most fingerprints a compact filter is sized for (2^31 buckets of 256 at most).
+#: The most fingerprints a compact filter is sized for (3.9 * 10^9 buckets of 256, below
+#: the 2^32 its 4 digest bytes can choose).
 MAX_COMPACT_CAPACITY = 10**12
 #: What DEDUP_ON_ERROR may be.
 ON_ERROR = ("allow", "raise")

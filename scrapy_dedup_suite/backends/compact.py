@@ -55,8 +55,6 @@ logger = logging.getLogger(__name__)
 BUCKET_BYTES, FIELD_BYTES = 4, 8
 #: The most buckets (what BUCKET_BYTES can choose from).
 MAX_BUCKETS = 2 ** (8 * BUCKET_BYTES)
-#: Redis's default ``hash-max-listpack-entries``.
-DEFAULT_LISTPACK_ENTRIES = 512
 #: What is assumed when the server will not say (CONFIG refused): managed servers keep
 #: the default, but a lower assumption costs little (more, smaller buckets).
 UNKNOWN_LISTPACK_ENTRIES = 128
@@ -114,8 +112,10 @@ class CompactBackend(DedupBackend):
         # Each group's stamp, and the prefix of its buckets' keys, in the group's slot.
         self.stamp_keys = [slot_sibling(group, META) for group in groups]
         self._prefixes = [slot_sibling(group, ":")[:-1] + ":" for group in groups]
-        #: The server's ``hash-max-listpack-entries`` as read at open (None: unknown).
-        self.listpack_entries: int | None = None
+        #: The server's listpack limits (entries, value), read once an open (None: CONFIG
+        #: refused), and whether they have been read.
+        self.limits: tuple[int, int] | None = None
+        self._limits_read = False
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> CompactBackend:
@@ -126,6 +126,18 @@ class CompactBackend(DedupBackend):
         return CompactBackend(self.server, key, capacity=self.capacity, shards=self.shards)
 
     # -- the layout --------------------------------------------------------------------
+
+    def read_limits(self) -> tuple[int, int] | None:
+        self.limits = listpack_limits(self.server)
+        self._limits_read = True
+        return self.limits
+
+    @property
+    def listpack_entries(self) -> int | None:
+        """The server's ``hash-max-listpack-entries`` (None: unknown)."""
+        if not self._limits_read:
+            self.read_limits()
+        return self.limits[0] if self.limits is not None else None
 
     @property
     def buckets(self) -> int:
@@ -165,19 +177,23 @@ class CompactBackend(DedupBackend):
                 for v in pipe.execute(raise_on_error=False)
                 if isinstance(v, (bytes, str))
             ]
-        for said in stored:
-            if (
-                said.get("backend") == self.name
-                and said.get("sized_for") == str(self.capacity)
-                and said.get("buckets", "").isdigit()
-            ):
-                self._buckets = int(said["buckets"])
-                return self._buckets
-        limits = listpack_limits(self.server)
-        entries = limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES
-        self._buckets = bucket_count(self.capacity, entries, self.shards)
-        self._stamp = None
-        return self._buckets
+        adopted = [
+            int(said["buckets"])
+            for said in stored
+            if said.get("backend") == self.name
+            and said.get("sized_for") == str(self.capacity)
+            and said.get("buckets", "").isdigit()
+        ]
+        if adopted:
+            buckets = adopted[0]
+        else:
+            entries = self.listpack_entries
+            entries = entries if entries is not None else UNKNOWN_LISTPACK_ENTRIES
+            buckets = bucket_count(self.capacity, entries, self.shards)
+        if buckets != self._buckets:
+            self._buckets = buckets
+            self._stamp = None  # the stamp names the bucket count
+        return buckets
 
     def meta_spec(self) -> MetaSpec:
         return MetaSpec(
@@ -197,6 +213,7 @@ class CompactBackend(DedupBackend):
     # -- life cycle ----------------------------------------------------------------------
 
     def _open(self) -> None:
+        self.read_limits()  # once an open: the sizing of a new filter and _prepare's checks
         self.resolve_buckets()
         super()._open()
 
@@ -205,9 +222,7 @@ class CompactBackend(DedupBackend):
         return super().verify()
 
     def _prepare(self) -> None:
-        limits = listpack_limits(self.server)
-        self.listpack_entries = limits[0] if limits is not None else None
-        warning = self.encoding_warning(limits)
+        warning = self.encoding_warning(self.limits)
         if warning is None and self.held_data:
             warning = self.sample().warning(self.key)
         if warning is not None:
@@ -331,7 +346,7 @@ class CompactBackend(DedupBackend):
             pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
             pipe.execute_command("OBJECT", "ENCODING", key)
         answers = pipe.execute(raise_on_error=False)
-        fields = [int(n) for n in answers[0::3]]
+        lengths = [int(n) for n in answers[0::3]]
         memory = [int(m) if isinstance(m, int) else 0 for m in answers[1::3]]
         encodings = [as_str(e) for e in answers[2::3] if isinstance(e, (bytes, str))]
         return CompactBuckets(
@@ -340,9 +355,9 @@ class CompactBackend(DedupBackend):
             capacity=self.capacity,
             listpack_entries=self.listpack_entries,
             sampled=len(picked),
-            sampled_fields=sum(fields),
+            sampled_fields=sum(lengths),
             sampled_memory=sum(memory),
-            occupied=sum(1 for n in fields if n),
+            occupied=sum(1 for n in lengths if n),
             hashtables=sum(1 for e in encodings if e == "hashtable"),
         )
 
@@ -353,9 +368,6 @@ class CompactBackend(DedupBackend):
     def info(self) -> dict[str, Any]:
         """As every backend's, with the buckets measured on a sample (a filter may have
         millions): their keys and memory estimated."""
-        if self.listpack_entries is None:
-            limits = listpack_limits(self.server)
-            self.listpack_entries = limits[0] if limits is not None else None
         sample = self.sample()
         small = [*self.stamp_keys, self.meta_key]
         info: dict[str, Any] = {
