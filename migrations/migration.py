@@ -159,7 +159,7 @@ class SetMigration:
         )
 
     def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
-        """The plan for an exact target (hash): no capacity, no false positives; each
+        """The plan for an exact target (hash, compact): no capacity, no false positives; each
         fingerprint stays seen for the target's expiry from the migration on."""
         info = self.target.info()
         already = float(info["fields"]) if exists else 0.0
@@ -172,8 +172,13 @@ class SetMigration:
             bits=0,
             hashes=0,
             blocks=int(info["shards"]),
-            # About what the set takes (a field and its expiry against a member).
-            target_memory=source_memory,
+            # Buckets: what they were measured to take a fingerprint (README); shards:
+            # about what the set takes (a field and its expiry against a member).
+            target_memory=(
+                round(per * (already + members))
+                if (per := info.get("expected_bytes_per_fingerprint"))
+                else source_memory
+            ),
             items_already=already,
             resulting_error_rate=0.0,
             new_members=members,

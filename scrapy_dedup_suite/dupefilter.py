@@ -189,7 +189,15 @@ class RFPDupeFilter(BaseDupeFilter):
             key = SCRAPY_REDIS_DUPEFILTER_KEY % {"timestamp": int(time.time())}
         options = DupefilterOptions.from_settings(settings)
         server = get_redis(settings, socket_timeout=options.socket_timeout)
-        backend = build_backend(settings, spider_name or "", server=server, key=key)
+        try:
+            backend = build_backend(settings, spider_name or "", server=server, key=key)
+        except UNREACHABLE as exc:  # (the hash backend reads which layout is stored)
+            raise unreachable(
+                server,
+                exc,
+                redis_source(settings),
+                "when the dupefilter was built; the crawl cannot start",
+            ) from None
         df = cls(
             backend,
             fingerprint=get_fingerprinter(

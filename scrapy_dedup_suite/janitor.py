@@ -5,12 +5,14 @@ One pass (:meth:`Janitor.run_pass`) does what the backend declares it can do
 expiries, count entries), so a custom backend gets what it declares. For the
 built-in backends:
 
-- **hash**: walks every shard with ``HSCAN`` (``DEDUP_JANITOR_BATCH`` fields per
-  call) and deletes the fields whose expiry has passed by the Redis server's
-  clock, with a Lua compare-and-delete per batch, so a field a crawler refreshed
-  in the meantime is kept and no single call holds Redis for more than about a
-  millisecond. Progress (shard and cursor) is saved in ``<key>:janitor`` after
-  every batch: a pass killed at any point is finished by the next one.
+- **hash**: walks the backend's purge units in order, one step at a time, and deletes
+  the fields whose expiry has passed by the Redis server's clock (backends/purge.py):
+  in shards (layout 1), ``HSCAN`` of ``DEDUP_JANITOR_BATCH`` fields then a Lua
+  compare-and-delete, so a field a crawler refreshed in the meantime is kept; in
+  buckets, one script reads consecutive buckets of a slot whole and deletes their
+  expired fields, until it has read a batch. No single call holds Redis for more than
+  about a millisecond. Progress (unit and cursor) is saved in ``<key>:janitor`` after
+  every step: a pass killed at any point is finished by the next one.
 - **bloom / windowed-bloom**: fill ratio (BITCOUNT in short ranges), estimated
   number of items and the false-positive rate that fill implies, with a warning
   past the designed capacity. For windowed-bloom it also gives every bucket key
@@ -31,7 +33,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -40,13 +41,9 @@ from redis.exceptions import LockError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from . import scripts
 from .backends import DedupBackend, admission
-from .backends.base import (
-    as_str,
-    janitor_lock_key,
-    janitor_state_key,
-)
+from .backends.base import as_str, janitor_lock_key, janitor_state_key
+from .backends.purge import OnScan
 from .options import JanitorOptions
 from .reports import FilterFill
 from .settings_table import check, default
@@ -118,13 +115,14 @@ class Janitor:
         *,
         batch: int = default("DEDUP_JANITOR_BATCH"),
         lock_timeout: float = default("DEDUP_JANITOR_LOCK_TIMEOUT"),
-        on_scan: Callable[[str, list[str]], None] | None = None,
+        on_scan: OnScan | None = None,
     ) -> None:
         self.backend = backend
         self.server = backend.server
         self.batch = check("DEDUP_JANITOR_BATCH", batch)
         self.lock_timeout = check("DEDUP_JANITOR_LOCK_TIMEOUT", lock_timeout)
-        #: Called with (shard key, candidate fields) after each scan, before the purge.
+        #: Called with (hash key, expired fields found) after each scan, before they are
+        #: purged (a bucket step reads and deletes in one call: none in between).
         self.on_scan = on_scan
         self.state_key = janitor_state_key(backend.key)
         self.lock_key = janitor_lock_key(backend.key)
@@ -182,7 +180,7 @@ class Janitor:
                     f"{len(report.restored_expiry)} key(s) of {backend.key!r} had lost their "
                     "expiry; restored: " + ", ".join(report.restored_expiry)
                 )
-        purge = backend.purge_keys() if capabilities.purge_expired else []
+        purge = backend.purge_units() if capabilities.purge_expired else []
         if purge:  # (none where the server expires a hash filter's fields itself)
             report.purged = True
             self._purge(purge, report)
@@ -209,82 +207,62 @@ class Janitor:
         with contextlib.suppress(LockError):
             self._lock.release()
 
-    # -- hash -------------------------------------------------------------------------------
+    # -- the purge ------------------------------------------------------------------------
 
-    def _server_ms(self) -> int:
-        seconds, micros = self.server.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
-    def _purge(self, keys: list[str], report: JanitorReport) -> None:
+    def _purge(self, units: list[str], report: JanitorReport) -> None:
+        """Walk the backend's purge units in order, one step at a time (the layout's:
+        backends/purge.py), saving (unit, cursor) after each step."""
         state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
         try:
-            shard = int(state.get("shard", 0))
+            unit = int(state.get("shard", 0))
             cursor = int(state.get("cursor", 0))
             report.resumed = "shard" in state
-            if not 0 <= shard < len(keys) or cursor < 0:
-                raise ValueError(f"shard {shard}, cursor {cursor}")
+            if not 0 <= unit < len(units) or cursor < 0:
+                raise ValueError(f"shard {unit}, cursor {cursor}")
         except ValueError as exc:
             # A progress record that cannot be read (edited, or written by something
-            # else) must not stop every later pass: start over from the first shard.
+            # else) must not stop every later pass: start over from the first unit.
             report.warnings.append(
                 f"the progress record {self.state_key!r} could not be read ({exc}); this pass "
                 "starts from the first shard"
             )
             self.server.hdel(self.state_key, "shard", "cursor")
-            shard, cursor, report.resumed = 0, 0, False
+            unit, cursor, report.resumed = 0, 0, False
         invalid = 0
-        while shard < len(keys):
-            key = keys[shard]
+        while unit < len(units):
             while True:
                 if self._stop.is_set():
                     report.warnings.append("pass stopped on request; the next one resumes it")
-                    return self._finish_purge(keys, report, done=False)
+                    return self._finish_purge(report, done=False)
                 if not self._keep_lock():
                     report.warnings.append(
                         "lost the janitor lock (a pass took longer than "
                         "DEDUP_JANITOR_LOCK_TIMEOUT); stopped, the next pass resumes"
                     )
-                    return self._finish_purge(keys, report, done=False)
-                t0 = time.perf_counter()
-                cursor, fields = self.server.hscan(key, cursor, count=self.batch)
-                self._timed(report, t0)
-                now = self._server_ms()
-                candidates = []
-                for name, value in fields.items():
-                    try:
-                        expiry = int(value)
-                    except ValueError:
-                        invalid += 1
-                        continue
-                    if expiry <= now:
-                        candidates.append(as_str(name))
-                report.scanned += len(fields)
-                if self.on_scan is not None:
-                    self.on_scan(key, candidates)
-                for part in _parts(candidates, self.batch):
-                    t0 = time.perf_counter()
-                    report.removed += int(scripts.HASH_PURGE(self.server, [key], part))
-                    self._timed(report, t0)
-                cursor = int(cursor)
+                    return self._finish_purge(report, done=False)
+                step = self.backend.purge_step(unit, cursor, self.batch, self.on_scan)
+                report.scanned += step.scanned
+                report.removed += step.removed
+                report.calls += len(step.call_ms)
+                report.slowest_call_ms = max(report.slowest_call_ms, *step.call_ms, 0.0)
+                invalid += step.invalid
+                cursor = step.cursor
                 if cursor == 0:
                     break
-                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": cursor})
-            shard += 1
+                self.server.hset(self.state_key, mapping={"shard": unit, "cursor": cursor})
+            unit += 1
             cursor = 0
-            if shard < len(keys):
-                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": 0})
+            if unit < len(units):
+                self.server.hset(self.state_key, mapping={"shard": unit, "cursor": 0})
         if invalid:
             report.warnings.append(
                 f"{invalid} field(s) of {self.backend.key!r} hold no expiry timestamp; left "
                 "untouched"
             )
-        self._finish_purge(keys, report, done=True)
+        self._finish_purge(report, done=True)
 
-    def _finish_purge(self, keys: list[str], report: JanitorReport, done: bool) -> None:
-        pipe = self.server.pipeline(transaction=False)
-        for key in keys:
-            pipe.hlen(key)
-        report.remaining = sum(int(n) for n in pipe.execute())
+    def _finish_purge(self, report: JanitorReport, done: bool) -> None:
+        report.remaining = self.backend.purge_remaining()
         report.completed = done
         if not done:
             return
@@ -307,14 +285,6 @@ class Janitor:
                 f"{report.removed:,}; if the crawl is not simply discovering new pages, "
                 "run the janitor more often (DEDUP_JANITOR_INTERVAL) or lower DEDUP_EXPIRE"
             )
-
-    def _timed(self, report: JanitorReport, t0: float) -> None:
-        report.calls += 1
-        report.slowest_call_ms = max(report.slowest_call_ms, (time.perf_counter() - t0) * 1000)
-
-
-def _parts(items: Sequence[str], size: int) -> list[Sequence[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 # -- the Scrapy extension -----------------------------------------------------------------------

@@ -50,7 +50,8 @@ class DupefilterOptions:
 class HashOptions:
     expire: float
     shards: int
-    field_expiry: bool | None  # None: the server's where it has it (see defaults)
+    field_expiry: bool | None  # None: the server's where it suits (see backends/expiry.py)
+    capacity: int  # a new filter's buckets are sized for it (backends/hash_buckets.py)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> HashOptions:
@@ -58,6 +59,7 @@ class HashOptions:
             read(settings, "DEDUP_EXPIRE"),
             read(settings, "DEDUP_HASH_SHARDS"),
             read(settings, "DEDUP_HASH_FIELD_EXPIRY"),
+            read(settings, "DEDUP_COMPACT_CAPACITY"),
         )
 
 

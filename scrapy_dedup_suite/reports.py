@@ -140,6 +140,7 @@ class HashFields:
     expired_by: str  # "server" (hash-field expiry) or "janitor"
     expire: float  # seconds new fields get (DEDUP_EXPIRE as configured now)
     sample: ExpirySample | None = None  # (where the janitor purges them)
+    in_buckets: bool = False  # the bucket layout: ``fields`` is estimated from a sample
 
     def describe(self) -> list[str]:
         freed = (
@@ -147,7 +148,12 @@ class HashFields:
             if self.expired_by == "server"
             else "the janitor purges expired ones"
         )
-        lines = [f"{self.fields:,} fields in {self.shards} shard(s) ({freed})"]
+        where = (
+            f"about {self.fields:,} fields in buckets over {self.shards} group(s)"
+            if self.in_buckets
+            else f"{self.fields:,} fields in {self.shards} shard(s)"
+        )
+        lines = [f"{where} ({freed})"]
         if self.sample is not None and self.sample.sampled:
             lines.append(
                 f"of {self.sample.sampled:,} sampled, {self.sample.expired:,} expired; the "

@@ -111,6 +111,7 @@ META_INIT = LuaScript("meta_init")
 BITMAP_ALLOC = LuaScript("bitmap_alloc")
 DELETE_IF_TYPE = LuaScript("delete_if_type")
 HASH_PURGE = LuaScript("hash_purge")
+BUCKET_PURGE = LuaScript("bucket_purge")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 MERGE_OR = LuaScript("merge_or")
 

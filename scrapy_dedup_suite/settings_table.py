@@ -225,16 +225,18 @@ TABLE: tuple[Setting, ...] = (
             f"a whole number of hashes from 1 to {MAX_SHARDS:,} (each is checked at open and "
             "scanned by the janitor)",
         ),
-        "hash: number of hashes; compact: number of hash-tagged groups of buckets (on a "
-        "cluster, each group is one slot); fixed when created",
+        "compact, and hash filters in buckets: number of hash-tagged groups of buckets (on a "
+        "cluster, each group is one slot); hash filters of layout 1: number of hashes; fixed "
+        "when created",
     ),
     Setting(
         "DEDUP_HASH_FIELD_EXPIRY",
         None,
         FlagOrAuto(),
         "hash: who expires fingerprints. Auto: a new filter lets the server expire its fields "
-        "where it can (Redis >= 7.4, Valkey >= 9), else the janitor; an existing filter keeps "
-        "its way. `True`/`False` require one way",
+        "where that keeps its buckets compact (Redis >= 7.4; not Valkey 9, where they would "
+        "be hashtables), else the janitor; an existing filter keeps its way. `True`/`False` "
+        "require one way",
         shown="`None` (auto)",
     ),
     Setting(
@@ -245,7 +247,8 @@ TABLE: tuple[Setting, ...] = (
             MAX_COMPACT_CAPACITY,
             f"a whole number of fingerprints from 1,000 to {MAX_COMPACT_CAPACITY:,}",
         ),
-        "compact: fingerprints the filter is sized for, fixed when created; its buckets keep "
+        "compact and hash: fingerprints a new filter is sized for, fixed when created; its "
+        "buckets keep "
         "the server's compact encoding up to about this many (past it answers stay exact, "
         "memory per fingerprint grows, and a WARNING says so)",
     ),
@@ -510,7 +513,7 @@ TABLE: tuple[Setting, ...] = (
         "DEDUP_JANITOR_BATCH",
         200,
         Whole(1, None, "a whole number of fields >= 1"),
-        "hash fields per Redis call",
+        "hash fields per Redis call (read by one HSCAN, or by one call over whole buckets)",
         table="janitor",
     ),
     Setting(

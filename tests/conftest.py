@@ -19,12 +19,12 @@ from scrapy_dedup_suite.backends import (
     BloomBackend,
     CompactBackend,
     DedupBackend,
-    HashBackend,
     NativeBloomBackend,
     SetBackend,
     WindowedBloomBackend,
     WindowedNativeBloomBackend,
 )
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedServerError
 from scrapy_dedup_suite.native_math import NativeParams
@@ -233,7 +233,10 @@ SMALL = BloomParams.from_capacity(50_000, 0.001, blocks=4)
 
 BACKENDS: dict[str, BackendFactory] = {
     "set": lambda server, key="t:dedup", **kw: SetBackend(server, key),
-    "hash": lambda server, key="t:dedup", **kw: HashBackend(server, key, shards=4, **kw),
+    # A new hash filter's layout: buckets (the shards of layout 1: test_hash.py and others).
+    "hash": lambda server, key="t:dedup", **kw: HashBucketsBackend(
+        server, key, shards=4, **{"capacity": 5_000, **kw}
+    ),
     # Small enough that a test's few thousand fingerprints fill its buckets.
     "compact": lambda server, key="t:dedup", **kw: CompactBackend(
         server, key, capacity=kw.get("capacity", 5_000), shards=4

@@ -16,6 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from scrapy_dedup_suite.backends import HashBackend
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: crawler, for crawls and crawler processes.
 SETTINGS_ROWS: dict[str, dict[str, Any]] = {
     "set": {"DEDUP_BACKEND": "set"},
-    "hash": {"DEDUP_BACKEND": "hash"},
+    "hash": {"DEDUP_BACKEND": "hash", "DEDUP_COMPACT_CAPACITY": 5_000},
     "compact": {"DEDUP_BACKEND": "compact", "DEDUP_COMPACT_CAPACITY": 5_000},
     "bloom": {"DEDUP_BACKEND": "bloom"},
     "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
@@ -146,6 +147,15 @@ def janitor_hash(server: Any, key: str, **kw: Any) -> HashBackend:
     server, for the tests of that way; a server that expires fields itself would
     otherwise be given the new filter (see test_field_expiry.py)."""
     return HashBackend(server, key, field_expiry=False, **kw)
+
+
+def stored_expiry_ms(backend: Any, fingerprint: str) -> int:
+    """The expiry a hash filter of the janitor's way stored for ``fingerprint``, in
+    Unix ms (whole seconds, rounded up, in the bucket layout)."""
+    if isinstance(backend, HashBucketsBackend):
+        bucket, field = backend.locate(fingerprint)
+        return int(backend.server.hget(backend.bucket_key(bucket), field)) * 1000
+    return int(backend.server.hget(backend.shard_of(fingerprint), fingerprint))
 
 
 def fingerprints(n: int, salt: str = "") -> list[str]:

@@ -93,6 +93,7 @@ def test_what_a_filter_holds_says_itself_and_goes_to_json():
     assert json.loads(json.dumps([fields], default=as_json)) == [
         {
             "kind": "HashFields",
+            "in_buckets": False,
             "fields": 3000,
             "shards": 16,
             "expired_by": "janitor",

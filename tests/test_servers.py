@@ -101,7 +101,10 @@ def test_every_backend_on_every_server(kind, row):
         return
     backend.open()
     if row == "hash":
-        assert backend.expiry.name == ("server" if offers.field_expiry else "janitor"), offers
+        # A new filter's buckets take the server's field expiry where the server keeps
+        # such a hash in a listpack (Redis >= 7.4); Valkey 9 would make it a hashtable.
+        listpack_ttl = offers.field_expiry and offers.name.startswith("redis")
+        assert backend.expiry.name == ("server" if listpack_ttl else "janitor"), offers
 
     fps = fingerprints(300, row)
     assert backend.check_and_add_many(fps + fps[:10]) == [False] * 300 + [True] * 10

@@ -36,6 +36,7 @@ from .keys import (  # noqa: F401 - the key schema, re-exported for the backends
     slot_sibling,
     wrong_type_hint,
 )
+from .purge import OnScan, PurgeStep
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -383,9 +384,22 @@ class DedupBackend(ABC):
 
     # -- what a declared capability gives (see ``capabilities``) --------------------------
 
-    def purge_keys(self) -> list[str]:
-        """purge_expired: the hashes whose fields (fingerprint -> expiry in Unix ms)
-        the janitor purges once expired."""
+    def purge_units(self) -> list[str]:
+        """purge_expired: what the janitor walks in order, a :meth:`purge_step` at a time
+        (a shard, a group of buckets), named for messages; none when the server expires
+        the entries itself."""
+        raise NotImplementedError
+
+    def purge_step(
+        self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
+    ) -> PurgeStep:
+        """purge_expired: delete the expired entries of about ``batch`` fields of unit
+        number ``unit`` from ``cursor`` (0: its start); the step's cursor is where the
+        next step goes on, 0 when the unit is done."""
+        raise NotImplementedError
+
+    def purge_remaining(self) -> int:
+        """purge_expired: how many entries are stored (expired or not) after a purge."""
         raise NotImplementedError
 
     def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:

@@ -26,7 +26,8 @@ class Capabilities:
     #: An answer never turns from "seen" back to "new" (until clear()): what a process
     #: learns may be kept in its local cache (DEDUP_LOCAL_CACHE).
     stable_answers: bool = False
-    #: The janitor purges expired entries: ``purge_keys()``.
+    #: The janitor purges expired entries: ``purge_units()``, ``purge_step()``,
+    #: ``purge_remaining()``.
     purge_expired: bool = False
     #: Bloom filters whose fill the janitor reports: ``filter_reports()``.
     report_fill: bool = False
@@ -43,7 +44,7 @@ class Capabilities:
 
 #: The methods a backend declaring each capability defines.
 METHODS = {
-    "purge_expired": ("purge_keys",),
+    "purge_expired": ("purge_units", "purge_step", "purge_remaining"),
     "report_fill": ("filter_reports",),
     "restore_expiry": ("restore_expiry",),
     "count": ("count",),

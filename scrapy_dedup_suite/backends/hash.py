@@ -1,13 +1,23 @@
-"""``hash``: fingerprint -> expiry timestamp, in Redis hashes.
+"""``hash``: fingerprint -> expiry, exact; each fingerprint expires.
 
-A request is seen iff its field exists and its expiry (Unix milliseconds, by
-the Redis server's clock) is in the future; otherwise the expiry is (re)written
-as now + ``DEDUP_EXPIRE`` seconds, or ``request.meta["dedup_expire"]``. The
-check and the write are one Lua call. Fingerprints are spread over
-``DEDUP_HASH_SHARDS`` hashes (``<key>:0`` ... ``<key>:<shards-1>``, by CRC32 of
-the fingerprint) so that a janitor can purge expired fields in small batches
-and a Redis Cluster spreads them over its masters. The parameter record lives
-in ``<key>:meta``, and each shard has a stamp in its own slot (lua/stamp.lua).
+A request is seen iff its field exists and has not expired (by the Redis server's
+clock); otherwise it is (re)written to expire in ``DEDUP_EXPIRE`` seconds, or
+``request.meta["dedup_expire"]``. The check and the write are one Lua call. Who
+expires the fields (the janitor, or the server's hash-field expiry) is expiry.py's.
+
+The backend has two layouts, and a filter keeps the one its parameter record names:
+
+- **buckets** (every filter created since the bucket layout exists, hash_buckets.py):
+  8 bytes of the fingerprint's SHA1 in small listpack buckets, about 18 bytes a
+  fingerprint;
+- **shards** (layout 1, this module's :class:`HashBackend`): the whole fingerprint ->
+  its expiry in Unix ms, in ``DEDUP_HASH_SHARDS`` hashes (``<key>:0`` ...
+  ``<key>:<shards-1>``, by CRC32 of the fingerprint), about 105 bytes a fingerprint.
+
+:meth:`HashBackend.from_settings` (what ``DEDUP_BACKEND = "hash"`` builds) reads which
+layout is stored at the key and builds that one; a new filter gets buckets. The
+parameter record lives in ``<key>:meta``, and each shard or group of buckets has a stamp
+in its own slot (lua/stamp.lua).
 """
 
 from __future__ import annotations
@@ -15,69 +25,55 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..connection import address, has_command, masters
-from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
-from ..reports import Contents, ExpirySample, HashFields
+from ..reports import Contents, HashFields
 from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
 from .capabilities import Capabilities
+from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
 from .keys import META, meta_key, spread
+from .purge import OnScan, PurgeStep, scan_fields
 
 logger = logging.getLogger(__name__)
 
-#: Fields of a shard read (at random) to estimate how many have expired (dedup-info).
-SAMPLE = 1000
+#: The layout each parameter record names: whole fingerprints in shards (layout 1).
+SHARDS_LAYOUT = LAYOUT_VERSION
 
 
-def expiry_sample(server: Any, shards: list[str]) -> ExpirySample:
-    """Of up to SAMPLE random fields per shard (each holds its expiry in Unix ms), how
-    many have expired and when the last of them expires (server time)."""
-    seconds, micros = server.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    expiries = []
-    for shard in shards:
-        flat = server.hrandfield(shard, SAMPLE, withvalues=True) or []
-        expiries += [int(as_str(v)) for v in flat[1::2] if as_str(v).isdigit()]
-    last = max(0.0, (max(expiries) - now_ms) / 1000) if expiries else 0.0
-    return ExpirySample(len(expiries), sum(1 for ms in expiries if ms <= now_ms), last)
+def stored_layout(server: Any, key: str, shards: int) -> str | None:
+    """The layout of the hash filter stored at ``key``: its record's, else (a lost
+    record) its stamps', else layout 1 where its first shard exists alone; None when
+    nothing of a hash filter is there (a new filter). One round trip."""
+    stamps = [slot_sibling(f"{key}:{i}", META) for i in range(shards)]
+    pipe = server.pipeline(transaction=False)
+    pipe.type(meta_key(key))
+    pipe.type(f"{key}:0")
+    for stamp in stamps:
+        pipe.get(stamp)
+    record_type, first_shard, *said = pipe.execute(raise_on_error=False)
+    if as_str(record_type) == "hash":
+        record = {as_str(k): as_str(v) for k, v in server.hgetall(meta_key(key)).items()}
+        if record.get("backend") == HashBackend.name:
+            return record.get("layout")
+        return None
+    for stamp in said:
+        if isinstance(stamp, (bytes, str)):
+            parsed = MetaSpec.parse_stamp(as_str(stamp))
+            if parsed.get("backend") == HashBackend.name:
+                return parsed.get("layout")
+    return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
 
 
-@dataclass(frozen=True)
-class Expiry:
-    """Who expires a hash filter's fingerprints, and the scripts that go with it."""
+class HashBackend(ExpiringHash, DedupBackend):
+    """The shards layout (layout 1); ``from_settings`` builds the stored layout."""
 
-    name: str
-    add_script: scripts.LuaScript
-    contains_script: scripts.LuaScript
-    #: What the parameter record (and so each stamp) says of it: nothing for the
-    #: janitor's expiry, so that records written before the server's existed match.
-    meta: dict[str, str] = field(default_factory=dict)
-
-
-#: Each field holds its expiry (Unix ms, server clock); the janitor purges expired ones.
-BY_JANITOR = Expiry("janitor", scripts.HASH_ADD, scripts.HASH_CONTAINS)
-#: Each field carries its own expiry (hash-field TTL); the server frees it.
-BY_SERVER = Expiry(
-    "server",
-    scripts.HASH_FIELD_ADD,
-    scripts.HASH_FIELD_CONTAINS,
-    {"expiry": "server"},
-)
-#: The servers that expire hash fields themselves, for messages.
-FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
-
-
-class HashBackend(DedupBackend):
     name = "hash"
     default_key = "%(spider)s:dedup-hash"
-    # purge_keys() is empty where the server expires the fields itself.
+    # purge_units() is empty where the server expires the fields itself.
     capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
     spread_setting = "DEDUP_HASH_SHARDS"
 
@@ -90,13 +86,9 @@ class HashBackend(DedupBackend):
         shards: int = default("DEDUP_HASH_SHARDS"),
         field_expiry: bool | None = None,
     ) -> None:
-        """``field_expiry``: True for the server's hash-field expiry, False for the
-        janitor's, None for the server's where it has one (a new filter) or the way the
-        filter was created (an existing one)."""
+        """``field_expiry``: see :meth:`ExpiringHash._init_expiry`."""
         super().__init__(server, key)
-        self.field_expiry = field_expiry
-        self._expiry: Expiry | None = None
-        self.expire = check("DEDUP_EXPIRE", expire)
+        self._init_expiry(expire, field_expiry)
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
         self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
@@ -104,90 +96,23 @@ class HashBackend(DedupBackend):
         self.stamp_keys = [slot_sibling(shard, META) for shard in self.shard_keys]
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
         self._stamp_of.update((k, k) for k in self.stamp_keys)
-        self._ttl_ms = max(1, round(self.expire * 1000))
 
     @classmethod
-    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> HashBackend:
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
+        """The layout stored at ``key`` (:func:`stored_layout`): layout 1 for a filter
+        created with it, else (a new filter too) the buckets. No Redis: the settings
+        are checked only."""
         options = HashOptions.from_settings(settings)
-        return cls(
-            server,
+        return build(server, key, options)
+
+    def with_key(self, key: str) -> DedupBackend:
+        return build(
+            self.server,
             key,
-            expire=options.expire,
-            shards=options.shards,
-            field_expiry=options.field_expiry,
+            HashOptions(
+                self.expire, self.shards, self.field_expiry, default("DEDUP_COMPACT_CAPACITY")
+            ),
         )
-
-    def purge_keys(self) -> list[str]:
-        return list(self.shard_keys) if self.expiry is BY_JANITOR else []
-
-    def with_key(self, key: str) -> HashBackend:
-        return HashBackend(
-            self.server, key, expire=self.expire, shards=self.shards, field_expiry=self.field_expiry
-        )
-
-    # -- who expires fingerprints ----------------------------------------------------------
-
-    @property
-    def expiry(self) -> Expiry:
-        """The janitor's or the server's (:meth:`resolve_expiry`, at the first use)."""
-        return self._expiry or self.resolve_expiry()
-
-    @property
-    def add_script(self) -> scripts.LuaScript:
-        return self.expiry.add_script
-
-    @property
-    def contains_script(self) -> scripts.LuaScript:
-        return self.expiry.contains_script
-
-    def resolve_expiry(self) -> Expiry:
-        """The way the stored filter was created with, else the server's field expiry
-        where every master has it (unless DEDUP_HASH_FIELD_EXPIRY is False); refused
-        when the settings or the server cannot go on the way the filter was made."""
-        stored = None
-        if as_str(self.server.type(self.meta_key)) == "hash":
-            recorded = self.server.hget(self.meta_key, "backend")
-            if recorded is not None and as_str(recorded) == self.name:
-                stored = as_str(self.server.hget(self.meta_key, "expiry") or "janitor")
-        unable = [address(c) for c in masters(self.server) if not has_command(c, "HPEXPIRE")]
-        wanted = self.field_expiry
-        if stored is not None:
-            if wanted is not None and wanted != (stored == "server"):
-                raise FilterMismatchError(
-                    f"The hash filter at {self.key!r} was created with "
-                    + (
-                        "the server's hash-field expiry"
-                        if stored == "server"
-                        else "expiry timestamps that the janitor purges"
-                    )
-                    + f", and DEDUP_HASH_FIELD_EXPIRY = {wanted} asks for the other way; a "
-                    "filter cannot switch. Remove DEDUP_HASH_FIELD_EXPIRY (the filter's own way "
-                    "is used), or start a new filter at another key (SCHEDULER_DUPEFILTER_KEY; "
-                    "`scrapy migrate-set-to-bloom --to hash` fills it from a set)."
-                )
-            chosen = BY_SERVER if stored == "server" else BY_JANITOR
-        elif wanted is None:
-            chosen = BY_JANITOR if unable else BY_SERVER
-        else:
-            chosen = BY_SERVER if wanted else BY_JANITOR
-        if chosen is BY_SERVER and unable:
-            raise DedupConfigError(
-                f"The hash filter at {self.key!r} "
-                + ("was created to" if stored else "is set (DEDUP_HASH_FIELD_EXPIRY = True) to")
-                + " let the server expire its fields, and the Redis server at "
-                + f"{', '.join(unable)} has no hash-field expiry (HPEXPIRE: {FIELD_TTL_SERVERS}"
-                + "). Point DEDUP_REDIS_URL at such a server"
-                + (
-                    " (a failover to an older one?)"
-                    if stored
-                    else ", or set DEDUP_HASH_FIELD_EXPIRY = False for the janitor's expiry"
-                )
-                + "."
-            )
-        if chosen is not self._expiry:
-            self._stamp = None
-        self._expiry = chosen
-        return chosen
 
     def _open(self) -> None:
         self.resolve_expiry()
@@ -197,16 +122,7 @@ class HashBackend(DedupBackend):
         self.resolve_expiry()
         return super().verify()
 
-    def janitor_note(self) -> str | None:
-        if self._expiry is BY_SERVER:
-            return (
-                "its fields expire on the Redis server itself (hash-field expiry): nothing to purge"
-            )
-        return None
-
-    @staticmethod
-    def _to_ms(expire: float) -> int:
-        return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
+    # -- the layout ------------------------------------------------------------------------
 
     def shard(self, fingerprint: str) -> int:
         return spread(fingerprint, self.shards)
@@ -223,7 +139,7 @@ class HashBackend(DedupBackend):
             self.meta_key,
             {
                 "backend": self.name,
-                "layout": LAYOUT_VERSION,
+                "layout": SHARDS_LAYOUT,
                 "shards": str(self.shards),
                 **way,
                 "created": str(int(time.time())),
@@ -238,13 +154,13 @@ class HashBackend(DedupBackend):
         return [self.stamp_keys[group], self.shard_keys[group]]
 
     def add_header(self, context: Any) -> list[Any]:
-        return [self.stamp]
+        return self.expiry_header()
 
     def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return [fingerprint, self._ttl_ms if expire is None else self._to_ms(expire)]
+        return [fingerprint, self.ttl_ms(expire)]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        return [self.shard_of(fingerprint)], [fingerprint]
+        return [self.shard_of(fingerprint)], [fingerprint, self.expiry_unit_ms]
 
     def owned_keys(self) -> list[str]:
         return [*self.shard_keys, *self.stamp_keys, self.meta_key]
@@ -256,20 +172,62 @@ class HashBackend(DedupBackend):
             self.meta_key: "hash",
         }
 
+    # -- the janitor's purge -----------------------------------------------------------------
+
+    def purge_units(self) -> list[str]:
+        return list(self.shard_keys) if self.expiry is BY_JANITOR else []
+
+    def purge_step(
+        self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
+    ) -> PurgeStep:
+        return scan_fields(self.server, self.shard_keys[unit], cursor, batch, on_scan)
+
+    def purge_remaining(self) -> int:
+        return self._fields()
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def _fields(self) -> int:
+        """Fields stored; expired ones count until the janitor (or the server) frees them."""
+        pipe = self.server.pipeline(transaction=False)
+        for key in self.shard_keys:
+            pipe.hlen(key)
+        return sum(int(n) for n in pipe.execute())
+
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         info = self.info() if info is None else info
-        purged = self.purge_keys()  # (none where the server expires the fields)
-        sample = expiry_sample(self.server, purged) if purged else None
+        purged = self.purge_units()  # (none where the server expires the fields)
+        sample = expiry_sample(self.server, purged, self.expiry_unit_ms) if purged else None
         return [HashFields(info["fields"], self.shards, self.expiry.name, self.expire, sample)]
 
     def info(self) -> dict[str, Any]:
         info = super().info()
-        pipe = self.server.pipeline(transaction=False)
-        for key in self.shard_keys:
-            pipe.hlen(key)
-        # Expired fields count until the janitor (or the server) frees them.
-        info["fields"] = sum(int(n) for n in pipe.execute())
+        info["fields"] = self._fields()
         info["shards"] = self.shards
         info["expire"] = self.expire
         info["expired_by"] = self.expiry.name
+        info["layout"] = "shards"
         return info
+
+
+def build(server: Any, key: str, options: HashOptions) -> DedupBackend:
+    """The hash backend for the filter stored at ``key`` (see :func:`stored_layout`);
+    without a server (a settings check), the bucket layout's parameters are checked."""
+    from .hash_buckets import HashBucketsBackend
+
+    if server is not None and stored_layout(server, key, options.shards) == SHARDS_LAYOUT:
+        return HashBackend(
+            server,
+            key,
+            expire=options.expire,
+            shards=options.shards,
+            field_expiry=options.field_expiry,
+        )
+    return HashBucketsBackend(
+        server,
+        key,
+        expire=options.expire,
+        shards=options.shards,
+        capacity=options.capacity,
+        field_expiry=options.field_expiry,
+    )

@@ -11,7 +11,7 @@ from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 
 from ..backends import DedupBackend, build_backend
-from ..connection import redis_source, unreachable
+from ..connection import get_redis, redis_source, unreachable
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +68,11 @@ def settings_value(settings: Settings, name: str, option: Any) -> Any:
 def say_unreachable(
     command: Any, name: str, client: Any, exc: BaseException, settings: Settings, doing: str
 ) -> None:
-    """A command could not reach Redis: one line on stderr, exit code 6."""
+    """A command could not reach Redis: one line on stderr, exit code 6. ``client``:
+    None when building the backend failed (the hash backend reads which layout is
+    stored): the settings' client is named (built, not connected)."""
+    if client is None:
+        client = get_redis(settings)
     error = unreachable(client, exc, redis_source(settings), doing)
     print(f"{name}: {error}", file=sys.stderr)
     command.exitcode = error.exit_code

@@ -1,18 +1,20 @@
 -- include: prelude, stamp
 -- Check-and-record fingerprints with an expiry, each one atomically, on the server's clock.
 -- KEYS: one group per shard the call touches: the shard's stamp (stamp.lua), then
--- the shard (a hash: fingerprint -> expiry in Unix milliseconds).
--- ARGV[1]: the stamp's value; then per fingerprint: its group (1-based), the
--- fingerprint, and the milliseconds it stays seen.
+-- the hash (a shard: fingerprint -> expiry; or a bucket: 8 digest bytes -> expiry).
+-- ARGV[1]: the stamp's value; ARGV[2]: the unit of the stored expiries in milliseconds
+-- (1: Unix milliseconds, the shards'; 1000: Unix seconds, the buckets', rounded up);
+-- then per fingerprint: its group (1-based), its field, and the milliseconds it stays seen.
 -- Returns one answer per fingerprint, in order: 1 when its field exists and has
 -- not expired (seen), 0 after (re)writing it. A fingerprint repeated in one call
 -- is new once, then seen.
 local now = dedup_now_ms()
+local unit = tonumber(ARGV[2])
 dedup_check_stamps(2, ARGV[1])
 -- First every answer, then the writes: a damaged field refuses the whole call
 -- before anything is written.
 local out, writes, written = {}, {}, {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local g = tonumber(ARGV[i]) * 2 - 1
   local shard, fp = KEYS[g + 1], ARGV[i + 1]
   local answer = 0
@@ -22,7 +24,7 @@ for i = 2, #ARGV, 3 do
     if not expiry then
       dedup_fail('FIELD', 'field ' .. fp .. ' of ' .. shard .. ' is not an expiry timestamp: ' .. current)
     end
-    if expiry > now then answer = 1 end
+    if expiry * unit > now then answer = 1 end
   end
   if answer == 0 then
     answer = dedup_repeat(written, shard, fp)
@@ -33,6 +35,7 @@ end
 for _, i in ipairs(writes) do
   local g = tonumber(ARGV[i]) * 2 - 1
   dedup_stamp(KEYS[g], ARGV[1])
-  rcall('HSET', KEYS[g + 1], ARGV[i + 1], string.format('%.0f', now + tonumber(ARGV[i + 2])))
+  local expiry = math.ceil((now + tonumber(ARGV[i + 2])) / unit)
+  rcall('HSET', KEYS[g + 1], ARGV[i + 1], string.format('%.0f', expiry))
 end
 return out

@@ -4,15 +4,15 @@
 -- exist for HEXISTS, whether or not the server has reclaimed it yet.
 -- KEYS: one group per shard the call touches: the shard's stamp (stamp.lua), then
 -- the shard (a hash: fingerprint -> 1, each field with its own expiry).
--- ARGV[1]: the stamp's value; then per fingerprint: its group (1-based), the
--- fingerprint, and the milliseconds it stays seen.
+-- ARGV[1]: the stamp's value; ARGV[2]: unused here (the arguments are hash_add.lua's);
+-- then per fingerprint: its group (1-based), its field, and the milliseconds it stays seen.
 -- Returns one answer per fingerprint, in order: 1 when its field exists (seen), 0
 -- after writing it with its expiry. A fingerprint repeated in one call is new once,
 -- then seen. Nothing is written before every stamp and shard of the call is read.
 dedup_check_stamps(2, ARGV[1])
 -- A shard of another type fails its first read: every shard is read before any write.
 local checked = {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local shard = KEYS[tonumber(ARGV[i]) * 2]
   if not checked[shard] then
     checked[shard] = true
@@ -20,7 +20,7 @@ for i = 2, #ARGV, 3 do
   end
 end
 local out = {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local g = tonumber(ARGV[i]) * 2 - 1
   local shard, fp = KEYS[g + 1], ARGV[i + 1]
   local answer = rcall('HEXISTS', shard, fp)

@@ -1,0 +1,176 @@
+"""Who expires a hash filter's fingerprints (the janitor, or the server's hash-field
+expiry), shared by both layouts of the ``hash`` backend: shards of whole fingerprints
+(:mod:`.hash`) and small buckets of digest bytes (:mod:`.hash_buckets`).
+
+With the janitor's expiry each field's value is its expiry by the Redis server's clock
+(``expiry_unit_ms``: Unix milliseconds in shards, Unix seconds rounded up in buckets,
+where a 32-bit integer is 4 bytes smaller in a listpack); with the server's, each field
+carries its own TTL (HPEXPIRE: Redis >= 7.4, Valkey >= 9). A filter keeps the way it
+was created with: its parameter record says it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .. import scripts
+from ..connection import address, has_command, masters
+from ..exceptions import DedupConfigError, FilterMismatchError
+from ..reports import ExpirySample
+from ..settings_table import check
+from .keys import as_str
+
+logger = logging.getLogger(__name__)
+
+#: Fields of a hash read (at random) to estimate how many have expired (dedup-info).
+SAMPLE = 1000
+
+
+def expiry_sample(server: Any, hashes: list[str], unit_ms: int) -> ExpirySample:
+    """Of up to SAMPLE random fields per hash (each holds its expiry in ``unit_ms``),
+    how many have expired and when the last of them expires (server time)."""
+    seconds, micros = server.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    expiries = []
+    for key in hashes:
+        flat = server.hrandfield(key, SAMPLE, withvalues=True) or []
+        expiries += [int(as_str(v)) * unit_ms for v in flat[1::2] if as_str(v).isdigit()]
+    last = max(0.0, (max(expiries) - now_ms) / 1000) if expiries else 0.0
+    return ExpirySample(len(expiries), sum(1 for ms in expiries if ms <= now_ms), last)
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """Who expires a hash filter's fingerprints, and the scripts that go with it."""
+
+    name: str
+    add_script: scripts.LuaScript
+    contains_script: scripts.LuaScript
+    #: What the parameter record (and so each stamp) says of it: nothing for the
+    #: janitor's expiry, so that records written before the server's existed match.
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+#: Each field holds its expiry (server clock); the janitor purges expired ones.
+BY_JANITOR = Expiry("janitor", scripts.HASH_ADD, scripts.HASH_CONTAINS)
+#: Each field carries its own expiry (hash-field TTL); the server frees it.
+BY_SERVER = Expiry(
+    "server",
+    scripts.HASH_FIELD_ADD,
+    scripts.HASH_FIELD_CONTAINS,
+    {"expiry": "server"},
+)
+#: The servers that expire hash fields themselves, for messages.
+FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
+
+
+class ExpiringHash:
+    """What both layouts of the ``hash`` backend share: the expiry (DEDUP_EXPIRE, or a
+    request's ``meta["dedup_expire"]``) and who enforces it. Mixed into a DedupBackend."""
+
+    name: ClassVar[str]
+    #: Milliseconds in a unit of the stored expiries (the janitor's way).
+    expiry_unit_ms: ClassVar[int] = 1
+    server: Any
+    key: str
+    meta_key: str
+    _stamp: str | None
+
+    def _init_expiry(self, expire: float, field_expiry: bool | None) -> None:
+        """``field_expiry``: True for the server's hash-field expiry, False for the
+        janitor's, None for the server's where it suits the layout (a new filter) or
+        the way the filter was created (an existing one)."""
+        self.field_expiry = field_expiry
+        self._expiry: Expiry | None = None
+        self.expire = check("DEDUP_EXPIRE", expire)
+        self._ttl_ms = max(1, round(self.expire * 1000))
+
+    @property
+    def expiry(self) -> Expiry:
+        """The janitor's or the server's (:meth:`resolve_expiry`, at the first use)."""
+        return self._expiry or self.resolve_expiry()
+
+    @property
+    def add_script(self) -> scripts.LuaScript:
+        return self.expiry.add_script
+
+    @property
+    def contains_script(self) -> scripts.LuaScript:
+        return self.expiry.contains_script
+
+    def ttl_ms(self, expire: float | None) -> int:
+        """How long a fingerprint stays seen: DEDUP_EXPIRE, or a request's own."""
+        if expire is None:
+            return self._ttl_ms
+        return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
+
+    def expiry_header(self) -> list[Any]:
+        """The add scripts' arguments before the fingerprints' (hash_add.lua)."""
+        return [self.stamp, self.expiry_unit_ms]  # type: ignore[attr-defined]
+
+    def server_expiry_unsuited(self) -> str | None:
+        """Why a new filter should not use the server's field expiry although every
+        master has it (a layout it would make larger), else None."""
+        return None
+
+    def resolve_expiry(self) -> Expiry:
+        """The way the stored filter was created with, else the server's field expiry
+        where every master has it and it suits the layout (unless DEDUP_HASH_FIELD_EXPIRY
+        is False); refused when the settings or the server cannot go on the way the
+        filter was made."""
+        stored = None
+        if as_str(self.server.type(self.meta_key)) == "hash":
+            recorded = self.server.hget(self.meta_key, "backend")
+            if recorded is not None and as_str(recorded) == self.name:
+                stored = as_str(self.server.hget(self.meta_key, "expiry") or "janitor")
+        unable = [address(c) for c in masters(self.server) if not has_command(c, "HPEXPIRE")]
+        wanted = self.field_expiry
+        if stored is not None:
+            if wanted is not None and wanted != (stored == "server"):
+                raise FilterMismatchError(
+                    f"The hash filter at {self.key!r} was created with "
+                    + (
+                        "the server's hash-field expiry"
+                        if stored == "server"
+                        else "expiry timestamps that the janitor purges"
+                    )
+                    + f", and DEDUP_HASH_FIELD_EXPIRY = {wanted} asks for the other way; a "
+                    "filter cannot switch. Remove DEDUP_HASH_FIELD_EXPIRY (the filter's own way "
+                    "is used), or start a new filter at another key (SCHEDULER_DUPEFILTER_KEY; "
+                    "`scrapy migrate-set-to-bloom --to hash` fills it from a set)."
+                )
+            chosen = BY_SERVER if stored == "server" else BY_JANITOR
+        elif wanted is None:
+            unsuited = None if unable else self.server_expiry_unsuited()
+            if unsuited is not None:
+                logger.info("The hash filter at %r: the janitor's expiry: %s", self.key, unsuited)
+            chosen = BY_JANITOR if unable or unsuited else BY_SERVER
+        else:
+            chosen = BY_SERVER if wanted else BY_JANITOR
+        if chosen is BY_SERVER and unable:
+            raise DedupConfigError(
+                f"The hash filter at {self.key!r} "
+                + ("was created to" if stored else "is set (DEDUP_HASH_FIELD_EXPIRY = True) to")
+                + " let the server expire its fields, and the Redis server at "
+                + f"{', '.join(unable)} has no hash-field expiry (HPEXPIRE: {FIELD_TTL_SERVERS}"
+                + "). Point DEDUP_REDIS_URL at such a server"
+                + (
+                    " (a failover to an older one?)"
+                    if stored
+                    else ", or set DEDUP_HASH_FIELD_EXPIRY = False for the janitor's expiry"
+                )
+                + "."
+            )
+        if chosen is not self._expiry:
+            self._stamp = None
+        self._expiry = chosen
+        return chosen
+
+    def janitor_note(self) -> str | None:
+        if self._expiry is BY_SERVER:
+            return (
+                "its fields expire on the Redis server itself (hash-field expiry): nothing to purge"
+            )
+        return None

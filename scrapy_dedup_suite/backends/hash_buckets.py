@@ -1,0 +1,191 @@
+"""``hash`` in the bucket layout: exact dedup with an expiry per fingerprint, about 18
+bytes a fingerprint (the shards layout, hash.py, takes about 105).
+
+The layout is the ``compact`` backend's (compact.py: SHA1 of the fingerprint, 4 bytes
+choose the bucket, 8 bytes are the field, buckets sized from DEDUP_COMPACT_CAPACITY and
+the server's ``hash-max-listpack-entries``); the value is the fingerprint's expiry:
+
+- **the janitor's expiry**: the value is the expiry in Unix seconds by the server's
+  clock, rounded up (a 4-byte integer in the listpack until 2038), so a fingerprint
+  stays seen for DEDUP_EXPIRE and at most a second more; the janitor reads buckets
+  whole and deletes their expired fields (lua/bucket_purge.lua);
+- **the server's hash-field expiry** (HPEXPIRE), where the server keeps a hash with
+  field TTLs in a listpack (Redis >= 7.4: ``listpackex``, about 24 bytes a
+  fingerprint). Valkey 9 turns such a hash into a hashtable (about 60 bytes), so there
+  a new filter takes the janitor's way, which a probe at creation decides
+  (:meth:`HashBucketsBackend.server_expiry_unsuited`). DEDUP_HASH_FIELD_EXPIRY chooses.
+
+Each check-and-add is one script call (hash_add.lua or hash_field_add.lua, as for the
+shards); a batch is one call per slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from ..options import HashOptions
+from ..reports import CompactBuckets, Contents, HashFields
+from ..settings_table import default
+from .base import BATCH, DedupBackend, MetaSpec, slot_sibling
+from .capabilities import Capabilities
+from .compact import CompactBackend
+from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
+from .keys import as_str
+from .purge import OnScan, PurgeStep, purge_buckets
+
+logger = logging.getLogger(__name__)
+
+#: What the parameter record's ``layout`` says of this layout.
+BUCKETS_LAYOUT = "buckets"
+#: Redis memory a fingerprint takes, by who expires it (measured: README, the hash
+#: backend's figures), for estimates made before any is written.
+BUCKET_BYTES_BY_EXPIRY = {"janitor": 18.0, "server": 25.0}
+#: Buckets whose expiries ``dedup-info`` samples.
+EXPIRY_SAMPLE = 32
+
+
+class HashBucketsBackend(ExpiringHash, CompactBackend):
+    name = "hash"
+    default_key = "%(spider)s:dedup-hash"
+    # purge_units() is empty where the server expires the fields itself.
+    capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
+    expiry_unit_ms = 1000
+    # The per-request check is the add script's (CompactBackend's is one HSETNX).
+    check_and_add = DedupBackend.check_and_add
+    contains = DedupBackend.contains
+    contains_many = DedupBackend.contains_many
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        *,
+        expire: float = default("DEDUP_EXPIRE"),
+        shards: int = default("DEDUP_HASH_SHARDS"),
+        capacity: int = default("DEDUP_COMPACT_CAPACITY"),
+        field_expiry: bool | None = None,
+        buckets: int | None = None,
+    ) -> None:
+        """``field_expiry``: see :meth:`ExpiringHash._init_expiry`; ``buckets``: see
+        :class:`CompactBackend`."""
+        CompactBackend.__init__(
+            self, server, key, capacity=capacity, shards=shards, buckets=buckets
+        )
+        self._init_expiry(expire, field_expiry)
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
+        from .hash import build
+
+        return build(server, key, HashOptions.from_settings(settings))
+
+    def with_key(self, key: str) -> DedupBackend:
+        from .hash import build
+
+        options = HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
+        return build(self.server, key, options)
+
+    def _open(self) -> None:
+        self.resolve_expiry()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.resolve_expiry()
+        return super().verify()
+
+    def meta_spec(self) -> MetaSpec:
+        spec = super().meta_spec()
+        way = self.expiry.meta
+        return MetaSpec(
+            spec.key, {**spec.fields, "layout": BUCKETS_LAYOUT, **way}, (*spec.compare, *way)
+        )
+
+    def server_expiry_unsuited(self) -> str | None:
+        """A probe hash with one field TTL in each group's slot: where the server keeps it
+        as a hashtable (Valkey 9), field TTLs would take 3-4x the janitor's memory."""
+        probes = [slot_sibling(f"{self.key}:{g}", ":ttl-probe") for g in range(self.shards)]
+        pipe = self.server.pipeline(transaction=False)
+        for probe in probes:
+            pipe.hset(probe, "f", "")
+            pipe.execute_command("HPEXPIRE", probe, 60_000, "FIELDS", 1, "f")
+            pipe.execute_command("OBJECT", "ENCODING", probe)
+            pipe.delete(probe)
+        answers = pipe.execute(raise_on_error=False)
+        encodings = {as_str(e) for e in answers[2::4] if isinstance(e, (bytes, str))}
+        if encodings <= {"listpackex"} and encodings:
+            return None
+        found = ", ".join(sorted(encodings)) or "unknown"
+        return (
+            f"the server keeps a hash whose fields have their own TTL as {found}, not a "
+            "listpack (DEDUP_HASH_FIELD_EXPIRY = True chooses the server's expiry anyway)"
+        )
+
+    # -- one fingerprint -------------------------------------------------------------------
+
+    def add_header(self, context: Any) -> list[Any]:
+        return self.expiry_header()
+
+    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
+        return [self.locate(fingerprint)[1], self.ttl_ms(expire)]
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return [self.bucket_key(bucket)], [field, self.expiry_unit_ms]
+
+    # -- the janitor's purge -------------------------------------------------------------------
+
+    def purge_units(self) -> list[str]:
+        """The groups of buckets (one slot each), where the janitor expires fields."""
+        if self.expiry is not BY_JANITOR:
+            return []
+        return [f"{self.key} buckets of group {g}" for g in range(self.shards)]
+
+    def purge_step(
+        self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
+    ) -> PurgeStep:
+        """Group ``unit``'s buckets from its ``cursor``-th on (``unit + i * shards``)."""
+        first = unit + cursor * self.shards
+        count = min(batch, BATCH, len(range(first, self.buckets, self.shards)))
+        keys = [self.bucket_key(first + i * self.shards) for i in range(count)]
+        if not keys:
+            return PurgeStep(0)
+        done, step = purge_buckets(self.server, keys, batch, self.expiry_unit_ms, on_scan)
+        cursor += done
+        step.cursor = cursor if unit + cursor * self.shards < self.buckets else 0
+        return step
+
+    def purge_remaining(self) -> int:
+        return self.count()
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def expected_bytes_per_fingerprint(self) -> float:
+        """Measured (README): an expiry in seconds is a 4-byte integer beside the field;
+        a field TTL (listpackex) costs more, about 24 B a fingerprint."""
+        return BUCKET_BYTES_BY_EXPIRY[self.expiry.name]
+
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
+        info = self.info() if info is None else info
+        buckets = CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})
+        sample = None
+        if self.purge_units():  # (none where the server expires the fields)
+            picked = random.sample(range(self.buckets), min(EXPIRY_SAMPLE, self.buckets))
+            keys = [self.bucket_key(b) for b in picked]
+            sample = expiry_sample(self.server, keys, self.expiry_unit_ms)
+        fields_ = HashFields(
+            info["fields"], self.shards, self.expiry.name, self.expire, sample, in_buckets=True
+        )
+        return [buckets, fields_]
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        info["expire"] = self.expire
+        info["expired_by"] = self.expiry.name
+        info["layout"] = BUCKETS_LAYOUT
+        return info
