@@ -47,7 +47,8 @@ SHARDS_LAYOUT = LAYOUT_VERSION
 def stored_layout(server: Any, key: str, shards: int) -> str | None:
     """The layout of the hash filter stored at ``key``: its record's, else (a lost
     record) its stamps', else layout 1 where its first shard exists alone; None when
-    nothing of a hash filter is there (a new filter). One round trip."""
+    nothing of a hash filter is there (a new filter). One round trip, two where a
+    record is found."""
     stamps = [slot_sibling(f"{key}:{i}", META) for i in range(shards)]
     pipe = server.pipeline(transaction=False)
     pipe.type(meta_key(key))
