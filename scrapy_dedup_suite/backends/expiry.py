@@ -15,11 +15,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from scrapy.settings import BaseSettings
+
 from .. import scripts
 from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
+from ..options import HashOptions
 from ..reports import ExpirySample
 from ..settings_table import check
+from .base import DedupBackend
 from .keys import as_str
 
 logger = logging.getLogger(__name__)
@@ -66,17 +70,24 @@ BY_SERVER = Expiry(
 FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
 
 
-class ExpiringHash:
+class ExpiringHash(DedupBackend):
     """What both layouts of the ``hash`` backend share: the expiry (DEDUP_EXPIRE, or a
-    request's ``meta["dedup_expire"]``) and who enforces it. Mixed into a DedupBackend."""
+    request's ``meta["dedup_expire"]``), who enforces it, the add scripts' header, and
+    the build from settings (the layout the key holds). The first base of each layout's
+    class, before its layout's."""
 
-    name: ClassVar[str]
     #: Milliseconds in a unit of the stored expiries (the janitor's way).
     expiry_unit_ms: ClassVar[int] = 1
-    server: Any
-    key: str
     meta_key: str
-    _stamp: str | None
+
+    @classmethod
+    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
+        """The layout stored at ``key`` (hash.stored_layout): layout 1 for a filter
+        created with it, else (a new filter too) the buckets. No Redis: the settings
+        are checked only."""
+        from .hash import build
+
+        return build(server, key, HashOptions.from_settings(settings))
 
     def _init_expiry(self, expire: float, field_expiry: bool | None) -> None:
         """``field_expiry``: True for the server's hash-field expiry, False for the
@@ -106,9 +117,18 @@ class ExpiringHash:
             return self._ttl_ms
         return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
 
-    def expiry_header(self) -> list[Any]:
-        """The add scripts' arguments before the fingerprints' (hash_add.lua)."""
-        return [self.stamp, self.expiry_unit_ms]  # type: ignore[attr-defined]
+    def add_header(self, context: Any) -> list[Any]:
+        """The stamp and the unit of the stored expiries (hash_add.lua's arguments,
+        which hash_field_add.lua takes too)."""
+        return [self.stamp, self.expiry_unit_ms]
+
+    def _open(self) -> None:
+        self.resolve_expiry()
+        super()._open()
+
+    def verify(self) -> bool:
+        self.resolve_expiry()
+        return super().verify()
 
     def server_expiry_unsuited(self) -> str | None:
         """Why a new filter should not use the server's field expiry although every

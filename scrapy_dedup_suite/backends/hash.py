@@ -27,8 +27,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from scrapy.settings import BaseSettings
-
 from ..options import HashOptions
 from ..reports import Contents, HashFields
 from ..settings_table import check, default
@@ -69,8 +67,9 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
     return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
 
 
-class HashBackend(ExpiringHash, DedupBackend):
-    """The shards layout (layout 1); ``from_settings`` builds the stored layout."""
+class HashBackend(ExpiringHash):
+    """The shards layout (layout 1); ``from_settings`` (ExpiringHash's) builds the
+    layout the key holds."""
 
     name = "hash"
     default_key = "%(spider)s:dedup-hash"
@@ -98,14 +97,6 @@ class HashBackend(ExpiringHash, DedupBackend):
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
         self._stamp_of.update((k, k) for k in self.stamp_keys)
 
-    @classmethod
-    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
-        """The layout stored at ``key`` (:func:`stored_layout`): layout 1 for a filter
-        created with it, else (a new filter too) the buckets. No Redis: the settings
-        are checked only."""
-        options = HashOptions.from_settings(settings)
-        return build(server, key, options)
-
     def with_key(self, key: str) -> DedupBackend:
         return build(
             self.server,
@@ -114,14 +105,6 @@ class HashBackend(ExpiringHash, DedupBackend):
                 self.expire, self.shards, self.field_expiry, default("DEDUP_COMPACT_CAPACITY")
             ),
         )
-
-    def _open(self) -> None:
-        self.resolve_expiry()
-        super()._open()
-
-    def verify(self) -> bool:
-        self.resolve_expiry()
-        return super().verify()
 
     # -- the layout ------------------------------------------------------------------------
 
@@ -153,9 +136,6 @@ class HashBackend(ExpiringHash, DedupBackend):
 
     def group_keys(self, group: int, context: Any) -> list[str]:
         return [self.stamp_keys[group], self.shard_keys[group]]
-
-    def add_header(self, context: Any) -> list[Any]:
-        return self.expiry_header()
 
     def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
         return [fingerprint, self.ttl_ms(expire)]

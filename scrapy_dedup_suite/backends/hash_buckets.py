@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from scrapy.settings import BaseSettings
-
 from ..options import HashOptions
 from ..reports import CompactBuckets, Contents, HashFields
 from ..settings_table import default
@@ -79,25 +77,11 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         )
         self._init_expiry(expire, field_expiry)
 
-    @classmethod
-    def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
-        from .hash import build
-
-        return build(server, key, HashOptions.from_settings(settings))
-
     def with_key(self, key: str) -> DedupBackend:
         from .hash import build
 
         options = HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
         return build(self.server, key, options)
-
-    def _open(self) -> None:
-        self.resolve_expiry()
-        super()._open()
-
-    def verify(self) -> bool:
-        self.resolve_expiry()
-        return super().verify()
 
     def meta_spec(self) -> MetaSpec:
         spec = super().meta_spec()
@@ -127,9 +111,6 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         )
 
     # -- one fingerprint -------------------------------------------------------------------
-
-    def add_header(self, context: Any) -> list[Any]:
-        return self.expiry_header()
 
     def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
         return [self.locate(fingerprint)[1], self.ttl_ms(expire)]
@@ -174,7 +155,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         info = self.info() if info is None else info
         buckets = CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})
         sample = None
-        if self.purge_units():  # (none where the server expires the fields)
+        if self.expiry is BY_JANITOR:  # (the server's own expiry leaves no expiries to read)
             picked = random.sample(range(self.buckets), min(EXPIRY_SAMPLE, self.buckets))
             keys = [self.bucket_key(b) for b in picked]
             sample = expiry_sample(self.server, keys, self.expiry_unit_ms)
