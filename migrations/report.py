@@ -177,7 +177,10 @@ def _mb(n: float) -> str:
 class Progress:
     """A progress bar on a terminal, a log line every few seconds elsewhere."""
 
-    def __init__(self, stream: Any = None, every: float = 5.0) -> None:
+    def __init__(
+        self, stream: Any = None, every: float = 5.0, name: str = "migrate-set-to-bloom"
+    ) -> None:
+        self.name = name
         self.total = 1
         self.stream = stream if stream is not None else sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -204,4 +207,4 @@ class Progress:
             self.stream.write(f"\r[{bar:<30}] {text}" + ("\n" if final else ""))
             self.stream.flush()
         else:
-            logger.info("migrate-set-to-bloom: %s", text)
+            logger.info("%s: %s", self.name, text)

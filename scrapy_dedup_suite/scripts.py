@@ -114,6 +114,8 @@ HASH_PURGE = LuaScript("hash_purge")
 BUCKET_PURGE = LuaScript("bucket_purge")
 EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 MERGE_OR = LuaScript("merge_or")
+STAMP_SWITCH = LuaScript("stamp_switch")
+RECORD_SWITCH = LuaScript("record_switch")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

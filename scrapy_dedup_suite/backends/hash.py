@@ -117,6 +117,16 @@ class HashBackend(ExpiringHash):
     def stamp_of(self, data_key: str) -> str | None:
         return self._stamp_of.get(data_key)
 
+    def _prepare(self) -> None:
+        if self.held_data:
+            logger.info(
+                "The hash filter at %r keeps layout 1 (whole fingerprints in shards, about "
+                "105 bytes each); `scrapy convert-hash-layout --key %s`, with the crawl "
+                "stopped, converts it into buckets (about 18)",
+                self.key,
+                self.key,
+            )
+
     def meta_spec(self) -> MetaSpec:
         way = self.expiry.meta
         return MetaSpec(

@@ -1,0 +1,466 @@
+"""Convert a ``hash`` filter of layout 1 (whole fingerprints in shards, about 105 bytes
+a fingerprint) into the bucket layout (about 18) at the same key, in place:
+``scrapy convert-hash-layout``.
+
+Both layouts keep their stamps in the same keys (``{K:<i>}:meta``, one per shard or
+group of buckets, in the same slot) and their record in ``K:meta``; their data keys
+differ (``K:<i>`` against ``{K:<i>}:<bucket>``). A conversion:
+
+1. **Checks** (:meth:`HashLayoutConversion.plan`), writing nothing: the key holds a hash
+   filter of layout 1 that these settings open (shards, who expires the fields), and
+   the buckets, sized from ``DEDUP_COMPACT_CAPACITY``, can hold what the shards hold.
+2. **Switches** the filter: the target's parameters go to ``K:migration`` first (what a
+   rerun finishes with), then every stamp is rewritten for the buckets (lua/
+   stamp_switch.lua: a worker still running layout 1 is refused from then on, with
+   the mismatch error, instead of writing shards nobody reads), then the record
+   (lua/record_switch.lua). A crawler started from then on opens the buckets.
+3. **Copies** each shard, ``HSCAN`` a batch at a time, through the buckets' own
+   check-and-add, each fingerprint with what is left of its expiry (never less: the
+   remainder is taken before the call, which measures from its own later clock);
+   expired fields are not copied; a fingerprint a crawler recorded since the switch is
+   kept as it is. (shard, cursor) is saved after each batch: a rerun goes on there.
+4. **Verifies** a sample (or all) of the shards' fields that do not expire within
+   :data:`VERIFY_MARGIN_MS`: each must be seen by the buckets.
+5. Only then, if asked, **deletes** from the shards every field the buckets hold or that
+   has expired; a field that holds no expiry stays (and is reported).
+
+Stop the filter's crawlers (and its janitor) before converting: from the switch until
+the copy has passed a fingerprint, a crawler that opens the buckets does not see it
+and fetches its page again (a page is never taken as seen that was not).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scrapy_dedup_suite import scripts
+from scrapy_dedup_suite.backends.expiry import BY_SERVER
+from scrapy_dedup_suite.backends.hash import SHARDS_LAYOUT, HashBackend, build, stored_layout
+from scrapy_dedup_suite.backends.hash_buckets import BUCKETS_LAYOUT, HashBucketsBackend
+from scrapy_dedup_suite.backends.keys import as_str, migration_state_key
+from scrapy_dedup_suite.config import human_bytes
+from scrapy_dedup_suite.exceptions import DedupError
+from scrapy_dedup_suite.options import HashOptions
+
+from .errors import MigrationError, SourceError, TargetError, VerificationError
+
+logger = logging.getLogger(__name__)
+
+#: What ``K:migration`` says while a conversion of ``K`` is under way.
+MODE = "convert-hash-layout"
+#: Fields expiring sooner than this are not verified (they may expire before the check).
+VERIFY_MARGIN_MS = 5000
+
+
+@dataclass
+class ConversionPlan:
+    key: str
+    shards: int
+    fields: int
+    source_memory: int
+    expiry: str  # who expires the fields: "janitor" or "server"
+    capacity: int
+    buckets: int
+    target_memory: int
+    #: "start" (layout 1), "resume" (a conversion under way) or "done" (nothing left).
+    state: str
+    shard: int = 0
+    cursor: int = 0
+
+    def describe(self) -> str:
+        if self.state == "done":
+            return f"{self.key!r}: a hash filter in buckets already, with no shards left"
+        source = (
+            f"source  {self.key!r}: hash filter of layout 1, {self.fields:,} fields in "
+            f"{self.shards} shard(s), about {human_bytes(self.source_memory)}; expired by "
+            f"the {self.expiry}"
+        )
+        if self.state == "resume":
+            source += f"; the conversion goes on at shard {self.shard}"
+        return "\n".join(
+            [
+                source,
+                f"target  the same key in {self.buckets:,} buckets sized for "
+                f"{self.capacity:,} fingerprints (DEDUP_COMPACT_CAPACITY), about "
+                f"{human_bytes(self.target_memory)}; each fingerprint keeps its expiry",
+                "switch  stamps and record at once: stop the filter's crawlers and janitor "
+                "first (a worker left running on layout 1 is refused from then on)",
+            ]
+        )
+
+
+@dataclass
+class ConversionReport:
+    plan: ConversionPlan
+    copied: int = 0  # fields written into the buckets
+    present: int = 0  # fields the buckets held already (a rerun, or a crawler since)
+    expired: int = 0  # fields not copied: expired
+    invalid: int = 0  # fields not copied: no expiry in them
+    seconds: float = 0.0
+    verified: int = 0
+    verify_mode: str = "sample"
+    removed: int = 0
+    kept: int = 0
+    memory_freed: int = 0
+    source_deleted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        p = self.plan
+        if p.state == "done":
+            return p.describe() + ": nothing to convert"
+        rate = (self.copied + self.present) / self.seconds if self.seconds else 0.0
+        lines = [
+            f"converted {p.key!r} to buckets: {self.copied:,} fingerprints copied, "
+            f"{self.present:,} there already, {self.expired:,} expired left behind, in "
+            f"{self.seconds:.1f} s ({rate:,.0f}/s)",
+            f"verified {self.verified:,} unexpired source fields ({self.verify_mode}): all found",
+        ]
+        if self.source_deleted:
+            lines.append(f"source shards deleted, {human_bytes(self.memory_freed)} freed")
+        elif self.removed:
+            lines.append(
+                f"source: {self.removed:,} fields removed ({human_bytes(self.memory_freed)} "
+                f"freed), {self.kept:,} kept (no expiry in them)"
+            )
+        else:
+            lines.append(
+                f"source shards kept ({human_bytes(p.source_memory)}; nothing expires them "
+                "now): run again with --delete-source to remove them"
+            )
+        if self.invalid:
+            lines.append(f"left {self.invalid:,} field(s) that hold no expiry, in the shards")
+        return "\n".join(lines)
+
+
+class HashLayoutConversion:
+    """Convert the hash filter at ``key`` (built from ``options``) into buckets."""
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        options: HashOptions,
+        *,
+        batch: int = 1000,
+        verify: str = "sample",
+        sample: int = 10_000,
+        force: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if verify not in ("sample", "all"):
+            raise MigrationError(f"verify must be 'sample' or 'all', got {verify!r}")
+        self.server = server
+        self.key = key
+        self.options = options
+        self.batch = batch
+        self.verify_mode = verify
+        self.sample = sample
+        self.force = force
+        self.progress = progress
+        self.state_key = migration_state_key(key)
+        self.source: HashBackend | None = None
+        self.target: HashBucketsBackend | None = None
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def plan(self) -> ConversionPlan:
+        """Check everything and say what a run would do; writes nothing."""
+        state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+        if state.get("mode") == MODE:
+            return self._resume_plan(state)
+        o = self.options
+        layout = stored_layout(self.server, self.key, o.shards)
+        if layout is None:
+            raise SourceError(self._no_source())
+        if layout == BUCKETS_LAYOUT:
+            built = build(self.server, self.key, o)
+            assert isinstance(built, HashBucketsBackend)
+            self._verify(built)
+            source = self._source(built.expiry is BY_SERVER)
+            if not self._fields_of(source):  # (leftover shards are finished as a rerun)
+                self.target = built
+                return self._plan(source, built, "done")
+            return self._plan(source, built, "resume")
+        if layout != SHARDS_LAYOUT:
+            raise SourceError(
+                f"The hash filter at {self.key!r} is of layout {layout!r}, which this "
+                "version does not know; nothing was written. Upgrade scrapy-dedup-suite."
+            )
+        source = self._source(o.field_expiry)
+        self._verify(source)
+        return self._plan(source, self._target(source.expiry is BY_SERVER), "start")
+
+    def _source(self, field_expiry: bool | None) -> HashBackend:
+        o = self.options
+        return HashBackend(
+            self.server, self.key, expire=o.expire, shards=o.shards, field_expiry=field_expiry
+        )
+
+    def _target(self, server_expiry: bool, buckets: int | None = None) -> HashBucketsBackend:
+        """The buckets, expired the source's way; ``buckets``: the count a conversion
+        under way recorded (else sized from the capacity)."""
+        o = self.options
+        return HashBucketsBackend(
+            self.server,
+            self.key,
+            expire=o.expire,
+            shards=o.shards,
+            capacity=o.capacity,
+            field_expiry=server_expiry,
+            buckets=buckets,
+        )
+
+    def _resume_plan(self, state: dict[str, str]) -> ConversionPlan:
+        """A conversion under way: its target's parameters are the state's, and the
+        settings must still say them (the crawl that follows uses the settings)."""
+        o = self.options
+        stored = {
+            "DEDUP_HASH_SHARDS": (int(state["shards"]), o.shards),
+            "DEDUP_COMPACT_CAPACITY": (int(state["capacity"]), o.capacity),
+        }
+        for name, (was, now) in stored.items():
+            if was != now:
+                raise TargetError(
+                    f"The conversion of {self.key!r} under way was started with {name} = "
+                    f"{was}, and the settings say {now}; the crawl must use the filter's. "
+                    f"Set {name} = {was} (in the project's settings) and run it again."
+                )
+        way = state["expiry"] == BY_SERVER.name
+        target = self._target(way, int(state["buckets"]))
+        plan = self._plan(self._source(way), target, "resume")
+        plan.shard, plan.cursor = int(state.get("shard", 0)), int(state.get("cursor", 0))
+        return plan
+
+    def _verify(self, backend: HashBackend | HashBucketsBackend) -> None:
+        try:
+            backend.verify()
+        except DedupError as exc:
+            raise TargetError(f"The filter at {self.key!r} refuses these settings: {exc}") from exc
+
+    def _no_source(self) -> str:
+        record = {as_str(k): as_str(v) for k, v in self.server.hgetall(f"{self.key}:meta").items()}
+        if record.get("backend") not in (None, "hash"):
+            return (
+                f"{self.key!r} holds a {record['backend']} filter, not a hash filter; nothing "
+                "was written. Give the key of a hash filter (--key, or --spider with "
+                "DEDUP_BACKEND = 'hash')."
+            )
+        return (
+            f"No hash filter at {self.key!r}; nothing was written. Give the key a crawl with "
+            "DEDUP_BACKEND = 'hash' wrote (--key KEY, or --spider NAME)."
+        )
+
+    def _fields_of(self, source: HashBackend) -> int:
+        pipe = self.server.pipeline(transaction=False)
+        for key in source.shard_keys:
+            pipe.type(key)
+        kinds = [as_str(k) for k in pipe.execute()]
+        for key, kind in zip(source.shard_keys, kinds):
+            if kind not in ("hash", "none"):
+                raise SourceError(
+                    f"Shard {key!r} holds a {kind}, not a hash; nothing was written. Move it "
+                    "away (RENAME) and run the conversion again."
+                )
+        return source._fields()
+
+    def _plan(self, source: HashBackend, target: HashBucketsBackend, state: str) -> ConversionPlan:
+        self.source, self.target = source, target
+        fields = self._fields_of(source) if state != "done" else 0
+        memory = source.memory_usage(source.shard_keys) if fields else 0
+        plan = ConversionPlan(
+            key=self.key,
+            shards=source.shards,
+            fields=fields,
+            source_memory=memory,
+            expiry=source.expiry.name,
+            capacity=target.capacity,
+            buckets=target.buckets,
+            target_memory=round(fields * target.expected_bytes_per_fingerprint()),
+            state=state,
+        )
+        if state == "start" and fields > target.capacity and not self.force:
+            wanted = max(2 * fields, 1_000_000)
+            raise TargetError(
+                f"The hash filter at {self.key!r} holds {fields:,} fingerprints, more than the "
+                f"{target.capacity:,} DEDUP_COMPACT_CAPACITY sizes the buckets for: they would "
+                "leave the listpack encoding (several times the memory). Set "
+                f"DEDUP_COMPACT_CAPACITY = {wanted} (room to grow) in the project's settings, "
+                "which the crawl then uses too, or pass --force."
+            )
+        return plan
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self, *, delete_source: bool = False) -> ConversionReport:
+        started = time.monotonic()
+        plan = self.plan()
+        report = ConversionReport(plan, verify_mode=self.verify_mode)
+        if plan.state == "done":
+            self.server.unlink(self.state_key)
+            return report
+        source, target = self.source, self.target
+        assert source is not None and target is not None
+        if plan.state == "start" or self.server.hget(self.state_key, "mode") is None:
+            self.server.hset(
+                self.state_key,
+                mapping={
+                    "mode": MODE,
+                    "shards": source.shards,
+                    "capacity": target.capacity,
+                    "buckets": target.buckets,
+                    "expiry": source.expiry.name,
+                    "shard": plan.shard,
+                    "cursor": plan.cursor,
+                },
+            )
+        self._switch(source, target)
+        target.open()
+        self._copy(plan, report)
+        self._check(report)
+        self.server.unlink(self.state_key)
+        if delete_source:
+            self._delete_copied(report)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _switch(self, source: HashBackend, target: HashBucketsBackend) -> None:
+        """Every stamp, then the record, say the buckets (both idempotent)."""
+        assert source.stamp_keys == target.stamp_keys  # same keys, same slots
+        old, new = source.meta_spec(), target.meta_spec()
+        switched = sum(
+            int(scripts.STAMP_SWITCH(self.server, [key], [old.stamp, new.stamp]))
+            for key in target.stamp_keys
+        )
+        pairs: list[str] = []
+        for name, value in new.fields.items():
+            pairs += [name, value]
+        replaced = scripts.RECORD_SWITCH(
+            self.server, [new.key], [SHARDS_LAYOUT, BUCKETS_LAYOUT, *pairs]
+        )
+        if switched or replaced:
+            logger.info(
+                "convert-hash-layout: %r now opens as buckets (%d stamp(s) and %s record "
+                "rewritten)",
+                self.key,
+                switched,
+                "the" if replaced else "no",
+            )
+
+    def _copy(self, plan: ConversionPlan, report: ConversionReport) -> None:
+        source, target = self.source, self.target
+        assert source is not None and target is not None
+        done = 0
+        for shard in range(plan.shard, source.shards):
+            cursor = plan.cursor if shard == plan.shard else 0
+            while True:
+                cursor, expiries, invalid = self._read(source.shard_keys[shard], cursor)
+                report.invalid += invalid
+                now_ms = self._now_ms()
+                live = {fp: ms - now_ms for fp, ms in expiries.items() if ms > now_ms}
+                report.expired += len(expiries) - len(live)
+                if live:
+                    seen = target.check_and_add_many(
+                        list(live), [left / 1000 for left in live.values()]
+                    )
+                    report.present += sum(seen)
+                    report.copied += len(seen) - sum(seen)
+                done += len(expiries) + invalid
+                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": cursor})
+                if self.progress is not None:
+                    self.progress(done, plan.fields)
+                if cursor == 0:
+                    break
+            self.server.hset(self.state_key, mapping={"shard": shard + 1, "cursor": 0})
+
+    def _read(self, shard: str, cursor: int) -> tuple[int, dict[str, int], int]:
+        """One HSCAN of ``shard``: the next cursor, each field's expiry (Unix ms), and
+        how many fields hold none."""
+        cursor, flat = self.server.hscan(shard, cursor, count=self.batch)
+        return int(cursor), *self._expiries(shard, {as_str(k): as_str(v) for k, v in flat.items()})
+
+    def _expiries(self, shard: str, values: dict[str, str]) -> tuple[dict[str, int], int]:
+        """The expiry (Unix ms) of each of ``values``' fields, and how many have none.
+        By the janitor: the field's value; by the server: the field's own (HPEXPIRETIME)."""
+        if not values:
+            return {}, 0
+        assert self.source is not None
+        if self.source.expiry is BY_SERVER:
+            names = list(values)
+            times = self.server.execute_command("HPEXPIRETIME", shard, "FIELDS", len(names), *names)
+            # -1: no expiry (a damaged field); -2: gone meanwhile (expired: 0).
+            out = {fp: max(0, int(ms)) for fp, ms in zip(names, times) if int(ms) != -1}
+            return out, len(names) - len(out)
+        out = {fp: int(v) for fp, v in values.items() if v.isdigit()}
+        return out, len(values) - len(out)
+
+    def _now_ms(self) -> int:
+        seconds, micros = self.server.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- verification and the source's removal ----------------------------------------------
+
+    def _sampled(self) -> list[tuple[str, dict[str, int]]]:
+        """Up to ``sample`` random fields, spread over the shards, with their expiries."""
+        assert self.source is not None
+        each = math.ceil(self.sample / self.source.shards)
+        out = []
+        for shard in self.source.shard_keys:
+            flat = self.server.hrandfield(shard, each, withvalues=True) or []
+            values = {as_str(k): as_str(v) for k, v in zip(flat[0::2], flat[1::2])}
+            out.append((shard, self._expiries(shard, values)[0]))
+        return out
+
+    def _everything(self) -> Any:
+        assert self.source is not None
+        for shard in self.source.shard_keys:
+            cursor = 0
+            while True:
+                cursor, expiries, _ = self._read(shard, cursor)
+                yield shard, expiries
+                if cursor == 0:
+                    break
+
+    def _check(self, report: ConversionReport) -> None:
+        assert self.target is not None
+        batches = self._everything() if self.verify_mode == "all" else self._sampled()
+        missing: list[str] = []
+        for _, expiries in batches:
+            now_ms = self._now_ms()
+            lasting = [fp for fp, ms in expiries.items() if ms > now_ms + VERIFY_MARGIN_MS]
+            found = self.target.contains_many(lasting)
+            missing += [fp for fp, ok in zip(lasting, found) if not ok]
+            report.verified += len(lasting)
+        if missing:
+            raise VerificationError(
+                f"Verification failed: {len(missing):,} of {report.verified:,} unexpired "
+                f"fingerprints of the shards are not in the buckets, e.g. {missing[:3]!r}. "
+                "The shards were left as they are; run the conversion again."
+            )
+
+    def _delete_copied(self, report: ConversionReport) -> None:
+        """HDEL every shard field the buckets hold, or that has expired; a field that
+        holds no expiry stays."""
+        source, target = self.source, self.target
+        assert source is not None and target is not None
+        before = source.memory_usage(source.shard_keys)
+        for shard, expiries in self._everything():
+            now_ms = self._now_ms()
+            names = list(expiries)
+            found = target.contains_many(names)
+            gone = [fp for fp, ok in zip(names, found) if ok or expiries[fp] <= now_ms]
+            report.removed += sum(int(self.server.hdel(shard, *part)) for part in _parts(gone))
+        report.kept = source._fields()
+        report.source_deleted = report.kept == 0
+        report.memory_freed = before - source.memory_usage(source.shard_keys)
+
+
+def _parts(names: Sequence[str], size: int = 1000) -> list[Sequence[str]]:
+    return [names[i : i + size] for i in range(0, len(names), size)]
