@@ -252,6 +252,11 @@ class DedupBackend(ABC):
         """One fingerprint's arguments of :attr:`add_script` (after its group)."""
         return [fingerprint]
 
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        """:meth:`add_group` and :meth:`fp_args` of one fingerprint, what a call's plan
+        asks (a layout that finds both from one digest overrides it to hash once)."""
+        return self.add_group(fingerprint), self.fp_args(fingerprint, expire)
+
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         """Keys and arguments of :attr:`contains_script` for one fingerprint."""
         raise NotImplementedError

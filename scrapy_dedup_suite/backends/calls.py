@@ -2,8 +2,8 @@
 round trip) reloaded on NOSCRIPT; a batch planned into one call per cluster slot, whose
 failed calls are kept beside the answers of those that ran; a call made again while a
 scalable filter asks for more of its layer schedule. Functions of a backend, which
-says what its script takes (``add_group``, ``group_keys``, ``add_header``, ``fp_args``)
-and answers (``again``, ``learn``, ``on_grown``)."""
+says what its script takes (``place``: ``add_group`` and ``fp_args``; ``group_keys``,
+``add_header``) and answers (``again``, ``learn``, ``on_grown``)."""
 
 from __future__ import annotations
 
@@ -174,9 +174,10 @@ def plan(
     header = backend.add_header(context)
     if len(todo) == 1:  # the per-request path
         i = todo[0]
-        keys = backend.group_keys(backend.add_group(fingerprints[i]), context)
-        return [(keys, [*header, 1, *backend.fp_args(fingerprints[i], expires[i])], [i])]
-    group_of = {i: backend.add_group(fingerprints[i]) for i in todo}
+        group, fp_args = backend.place(fingerprints[i], expires[i])
+        return [(backend.group_keys(group, context), [*header, 1, *fp_args], [i])]
+    placed = {i: backend.place(fingerprints[i], expires[i]) for i in todo}
+    group_of = {i: group for i, (group, _) in placed.items()}
     groups: dict[int, list[str]] = {}
     for group in group_of.values():
         if group not in groups:
@@ -196,7 +197,7 @@ def plan(
         indices = [i for i in todo if group_of[i] in number]
         args = list(header)
         for i in indices:
-            args += [number[group_of[i]], *backend.fp_args(fingerprints[i], expires[i])]
+            args += [number[group_of[i]], *placed[i][1]]
         calls.append((keys, args, indices))
     return calls
 

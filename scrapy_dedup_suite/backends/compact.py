@@ -279,7 +279,11 @@ class CompactBackend(DedupBackend):
         return [self.stamp]
 
     def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return [self.locate(fingerprint)[1]]
+        return self.place(fingerprint, expire)[1]
+
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return bucket, [field]
 
     def contains(self, fingerprint: str) -> bool:
         bucket, field = self.locate(fingerprint)

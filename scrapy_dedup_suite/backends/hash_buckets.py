@@ -112,8 +112,9 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
 
     # -- one fingerprint -------------------------------------------------------------------
 
-    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return [self.locate(fingerprint)[1], self.ttl_ms(expire)]
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return bucket, [field, self.ttl_ms(expire)]
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         bucket, field = self.locate(fingerprint)
