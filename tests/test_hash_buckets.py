@@ -189,6 +189,22 @@ def test_the_server_expiry_is_chosen_where_buckets_stay_listpack(expiring):
     assert backend.check_and_add_many(fps[:5]) == [True] * 5
 
 
+def hpexpire_calls(client: Any) -> int:
+    stats = client.info("commandstats").get("cmdstat_hpexpire", {})
+    return int(stats.get("calls", 0))
+
+
+def test_a_filter_that_stays_empty_is_probed_once(expiring):
+    """A janitor (or a dedup-info) verifies a filter its spider has not written yet at
+    each pass: the field-TTL probe is asked once per backend, not at each verify."""
+    backend = HashBucketsBackend(expiring, "t:h", expire=3600, capacity=5_000, shards=4)
+    before = hpexpire_calls(expiring)
+    for _ in range(3):
+        assert backend.verify() is False
+    assert hpexpire_calls(expiring) - before == 4  # one probe per group, once
+    assert expiring.keys("*") == []  # and nothing is left of it
+
+
 @pytest.mark.parametrize("field_expiry", [False, None], ids=["janitor", "auto"])
 def test_dedup_info_says_the_layout_and_the_expiry(server, field_expiry):
     backend = janitor_buckets(server, field_expiry=field_expiry)

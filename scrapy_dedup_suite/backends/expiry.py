@@ -95,6 +95,9 @@ class ExpiringHash(DedupBackend):
         the way the filter was created (an existing one)."""
         self.field_expiry = field_expiry
         self._expiry: Expiry | None = None
+        #: What :meth:`server_expiry_unsuited` said, once asked (a backend whose filter
+        #: stays empty would otherwise probe again at each open or verify).
+        self._unsuited: tuple[str | None] | None = None
         self.expire = check("DEDUP_EXPIRE", expire)
         self._ttl_ms = max(1, round(self.expire * 1000))
 
@@ -141,10 +144,12 @@ class ExpiringHash(DedupBackend):
         is False); refused when the settings or the server cannot go on the way the
         filter was made."""
         stored = None
-        if as_str(self.server.type(self.meta_key)) == "hash":
-            recorded = self.server.hget(self.meta_key, "backend")
-            if recorded is not None and as_str(recorded) == self.name:
-                stored = as_str(self.server.hget(self.meta_key, "expiry") or "janitor")
+        pipe = self.server.pipeline(transaction=False)  # one round trip, one key
+        pipe.type(self.meta_key)
+        pipe.hmget(self.meta_key, ["backend", "expiry"])
+        kind, said = pipe.execute(raise_on_error=False)
+        if as_str(kind) == "hash" and said[0] is not None and as_str(said[0]) == self.name:
+            stored = as_str(said[1] or "janitor")
         unable = [address(c) for c in masters(self.server) if not has_command(c, "HPEXPIRE")]
         wanted = self.field_expiry
         if stored is not None:
@@ -163,7 +168,9 @@ class ExpiringHash(DedupBackend):
                 )
             chosen = BY_SERVER if stored == "server" else BY_JANITOR
         elif wanted is None:
-            unsuited = None if unable else self.server_expiry_unsuited()
+            if not unable and self._unsuited is None:  # probed once a backend
+                self._unsuited = (self.server_expiry_unsuited(),)
+            unsuited = None if unable or self._unsuited is None else self._unsuited[0]
             if unsuited is not None:
                 logger.info("The hash filter at %r: the janitor's expiry: %s", self.key, unsuited)
             chosen = BY_JANITOR if unable or unsuited else BY_SERVER
