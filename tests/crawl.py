@@ -53,6 +53,8 @@ def stats_of(crawler) -> dict:
 def main() -> None:
     args = json.loads(sys.argv[1])
     settings = {**BASE_SETTINGS, "CONCURRENT_REQUESTS": 8, **args["settings"]}
+    for name in args.get("unset", ()):  # a project that does not set them (the add-on's)
+        settings.pop(name, None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         process = CrawlerProcess(settings)

@@ -24,7 +24,11 @@ SCHEDULER_PERSIST = True
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # --- scrapy_dedup_suite ---------------------------------------------------------------
-DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+# The add-on sets DUPEFILTER_CLASS to the package's dupefilter, adds BatchDedupMiddleware
+# (a page's links checked and recorded in one round trip) and the summary extension,
+# and the janitor extension for the backends whose fingerprints expire. What this file
+# sets itself (EXTENSIONS below) wins; the crawl's log says what the add-on set.
+ADDONS = {"scrapy_dedup_suite.Addon": 300}
 # "set" (scrapy-redis's own set), "hash" (expiring), "bloom", "windowed-bloom";
 # choose on the command line: scrapy crawl example-site -s DEDUP_BACKEND=hash
 DEDUP_BACKEND = "bloom"

@@ -1,0 +1,96 @@
+"""The Scrapy add-on: one line turns the package on.
+
+    ADDONS = {"scrapy_dedup_suite.Addon": 300}
+
+At add-on priority (below a project's own settings, which still win) it sets
+``DUPEFILTER_CLASS`` to this package's dupefilter, inserts ``BatchDedupMiddleware``
+into ``SPIDER_MIDDLEWARES`` (a page's links in one round trip), and enables the
+summary extension, and the janitor extension where the backend ``DEDUP_BACKEND`` names
+has expiries to purge or restore. What the project set itself is kept, and the log
+says what the add-on set and what it left.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+from scrapy.utils.misc import load_object
+
+from .settings_table import read
+
+logger = logging.getLogger(__name__)
+
+DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+#: The batch middleware's order: the last spider middleware to see a callback's output
+#: among Scrapy's own, which pass requests on as they are (README: the batch path).
+MIDDLEWARE_ORDER = 50
+SUMMARY_ORDER, JANITOR_ORDER = 900, 500
+
+
+class Addon:
+    """``ADDONS = {"scrapy_dedup_suite.Addon": 300}``: see the module's docstring."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        from .backends import get_backend_class
+        from .dupefilter import RFPDupeFilter
+        from .janitor import JanitorExtension
+        from .middleware import BatchDedupMiddleware
+        from .summary import DedupSummary
+
+        said: list[str] = []
+        kept: list[str] = []
+        current = settings.get("DUPEFILTER_CLASS")
+        if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["addon"]:
+            if not _is_subclass(current, RFPDupeFilter):
+                logger.warning(
+                    "scrapy_dedup_suite add-on: DUPEFILTER_CLASS = %r, set by the project, is "
+                    "kept, so this package deduplicates nothing and the add-on sets nothing "
+                    "else; remove DUPEFILTER_CLASS from the settings to use it",
+                    current,
+                )
+                return
+            kept.append(f"DUPEFILTER_CLASS = {current!r}")
+        else:
+            settings.set("DUPEFILTER_CLASS", DUPEFILTER, priority="addon")
+            said.append(f"DUPEFILTER_CLASS = {DUPEFILTER!r}")
+        # What DEDUP_BACKEND names (checked here: a misspelt name stops the crawl now).
+        capabilities = get_backend_class(read(settings, "DEDUP_BACKEND")).capabilities
+        components: list[tuple[str, type, int]] = [
+            ("SPIDER_MIDDLEWARES", BatchDedupMiddleware, MIDDLEWARE_ORDER),
+            ("EXTENSIONS", DedupSummary, SUMMARY_ORDER),
+        ]
+        if capabilities.purge_expired or capabilities.restore_expiry:
+            components.append(("EXTENSIONS", JanitorExtension, JANITOR_ORDER))
+        for name, cls, order in components:
+            given = _order_in(settings, name, cls)
+            if given is _ABSENT:
+                settings.setdefault_in_component_priority_dict(name, cls, order)
+                said.append(f"{name}[{cls.__name__}] = {order}")
+            else:
+                kept.append(f"{name}[{cls.__name__}] = {given}")
+        logger.info(
+            "scrapy_dedup_suite add-on set %s%s",
+            ", ".join(said) or "nothing",
+            f"; kept the project's {', '.join(kept)}" if kept else "",
+        )
+
+
+_ABSENT: Any = object()
+
+
+def _order_in(settings: BaseSettings, name: str, cls: type) -> Any:
+    """The order ``cls`` has in the component dict ``name`` (None: disabled), or _ABSENT."""
+    for path_or_cls, order in settings.getdict(name).items():
+        if _is_subclass(path_or_cls, cls):
+            return order
+    return _ABSENT
+
+
+def _is_subclass(path_or_cls: Any, cls: type) -> bool:
+    try:
+        found = load_object(path_or_cls) if isinstance(path_or_cls, str) else path_or_cls
+    except (ImportError, NameError, ValueError, AttributeError):
+        return False
+    return isinstance(found, type) and issubclass(found, cls)

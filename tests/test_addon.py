@@ -1,0 +1,125 @@
+"""The add-on: ``ADDONS = {"scrapy_dedup_suite.Addon": 300}`` alone turns the package on
+(its dupefilter, the batch path, the extensions the backend needs); what a project sets
+itself wins, and the crawl's log says what the add-on set and what it kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_dedup_suite.addon import Addon
+from scrapy_dedup_suite.exceptions import DedupConfigError
+from scrapy_dedup_suite.janitor import JanitorExtension
+from scrapy_dedup_suite.middleware import BatchDedupMiddleware
+from scrapy_dedup_suite.summary import DedupSummary
+
+from .helpers import run_script
+
+ADDON = {"scrapy_dedup_suite.Addon": 300}
+
+
+def dedup_calls(server: Any) -> int:
+    """Script calls so far: the bloom backend's, a batch's or a request's own."""
+    return int(server.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def addon_crawl(tmp_path, site, redis_url: str, name: str, **settings: Any) -> dict:
+    """A crawl of a project whose settings name the add-on and nothing else of ours."""
+    args = {
+        "start_url": f"{site.url}/page/0",
+        "settings": {"REDIS_URL": redis_url, "ADDONS": ADDON, **settings},
+        "unset": [] if "DUPEFILTER_CLASS" in settings else ["DUPEFILTER_CLASS"],
+    }
+    return run_script("tests.crawl", args, tmp_path / f"{name}.json")
+
+
+def configured(**settings: Any) -> Settings:
+    """The settings a crawler has once its add-ons ran (no crawl)."""
+    crawler = get_crawler(settings_dict={"ADDONS": ADDON, **settings})
+    crawler._apply_settings()
+    return crawler.settings
+
+
+@pytest.mark.subprocess
+def test_a_crawl_with_the_addon_alone_batches_each_page(tmp_path, site, redis_url, server):
+    before = dedup_calls(server)
+    result = addon_crawl(tmp_path, site, redis_url, "addon", DEDUP_BACKEND="bloom")
+    calls = dedup_calls(server) - before
+    stats = result["stats"]
+    assert stats["dedup/added"] == site.pages
+    assert stats["dedup/filtered"] == site.offered() - site.pages
+    # One call per page's links (and the start request's own), not one per link.
+    assert stats["dedup/batches"] == site.pages
+    assert calls <= site.pages + 10 < site.offered() / 5  # (+ the filter's creation)
+    assert "scrapy_dedup_suite add-on set DUPEFILTER_CLASS = " in result["log"]
+    assert "SPIDER_MIDDLEWARES[BatchDedupMiddleware] = 50" in result["log"]
+    assert "dedup/redis_memory_bytes" in stats  # the summary extension ran
+
+
+@pytest.mark.subprocess
+def test_what_the_project_set_wins_and_the_log_says_so(tmp_path, site, redis_url, server):
+    unbatched = {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": None}
+    before = dedup_calls(server)
+    result = addon_crawl(
+        tmp_path, site, redis_url, "kept", DEDUP_BACKEND="bloom", SPIDER_MIDDLEWARES=unbatched
+    )
+    calls = dedup_calls(server) - before
+    assert "dedup/batches" not in result["stats"]
+    assert calls >= site.offered()  # every link checked on its own
+    assert "kept the project's SPIDER_MIDDLEWARES[BatchDedupMiddleware] = None" in result["log"]
+
+    # A project with a dupefilter of its own keeps it: the add-on sets nothing.
+    own = addon_crawl(
+        tmp_path,
+        site,
+        redis_url,
+        "own",
+        DEDUP_BACKEND="bloom",
+        DUPEFILTER_CLASS="scrapy.dupefilters.RFPDupeFilter",
+    )
+    assert "dedup/added" not in own["stats"]
+    assert own["stats"]["downloader/response_count"] == site.pages
+    assert "DUPEFILTER_CLASS = 'scrapy.dupefilters.RFPDupeFilter', set by the project" in own["log"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "janitor"),
+    [("set", False), ("bloom", False), ("hash", True), ("windowed-bloom", True)],
+)
+def test_the_janitor_where_the_backend_has_expiries(backend, janitor):
+    settings = configured(DEDUP_BACKEND=backend)
+    assert settings["DUPEFILTER_CLASS"] == "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+    extensions = settings.getdict("EXTENSIONS")
+    assert extensions.get(DedupSummary) == 900
+    assert (JanitorExtension in extensions) is janitor
+    assert settings.getdict("SPIDER_MIDDLEWARES").get(BatchDedupMiddleware) == 50
+
+
+def test_project_orders_and_subclasses_are_kept():
+    class MyMiddleware(BatchDedupMiddleware):
+        pass
+
+    settings = configured(
+        DEDUP_BACKEND="hash",
+        SPIDER_MIDDLEWARES={MyMiddleware: 39},
+        EXTENSIONS={"scrapy_dedup_suite.janitor.JanitorExtension": None},
+    )
+    middlewares = settings.getdict("SPIDER_MIDDLEWARES")
+    assert middlewares[MyMiddleware] == 39 and BatchDedupMiddleware not in middlewares
+    extensions = settings.getdict("EXTENSIONS")
+    assert extensions["scrapy_dedup_suite.janitor.JanitorExtension"] is None
+    assert JanitorExtension not in extensions
+
+
+def test_a_misspelt_backend_stops_the_crawl_at_once():
+    with pytest.raises(DedupConfigError, match="Unknown DEDUP_BACKEND 'blom'"):
+        configured(DEDUP_BACKEND="blom")
+
+
+def test_the_addon_is_the_package_attribute():
+    import scrapy_dedup_suite
+
+    assert scrapy_dedup_suite.Addon is Addon
