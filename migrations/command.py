@@ -182,7 +182,7 @@ class Command(ScrapyCommand):
         source = opts.source or dupefilter_key(settings, "set", spider)
         target = build_backend(settings, spider, key=opts.target)
         return SetMigration(
-            target,  # type: ignore[arg-type]
+            target,
             source,
             batch=opts.batch,
             round_size=opts.round,

@@ -99,7 +99,8 @@ class SetMigration:
 
     @property
     def params(self) -> BloomParams:
-        return self.target.params
+        params: BloomParams = self.target.params
+        return params
 
     # -- checks -------------------------------------------------------------------------
 
@@ -215,7 +216,8 @@ class SetMigration:
         sample = [m for m in self.set.sample(2000) if self.accepts(m)]
         if not sample:
             return members
-        present = sum(self.target.contains_many(sample)) / len(sample)
+        found: list[bool] = self.target.contains_many(sample)
+        present = sum(found) / len(sample)
         return round(members * (1 - present))
 
     def _size_first_layer(self, members: int) -> None:

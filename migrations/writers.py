@@ -109,7 +109,8 @@ class BitsWriter(Writer):
 
     @property
     def params(self) -> BloomParams:
-        return self.target.params
+        params: BloomParams = self.target.params
+        return params
 
     @staticmethod
     def delete_temporaries(target: Any) -> None:

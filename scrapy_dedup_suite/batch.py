@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import FailedCall
+from .backends.calls import FailedCall
 from .connection import failure_text
 from .exceptions import DedupBackendError
 from .failures import FAILURES, ErrorPolicy, is_transient, translate

@@ -76,7 +76,7 @@ def check_int(
         )
         got = f"{value:,}" if ok else repr(value)
         raise DedupConfigError(f"{name} must be {what}, got {got}")
-    return value
+    return int(value)
 
 
 def check_float(
@@ -102,7 +102,7 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise DedupConfigError(f"{name} must be one of {listed}, got {value!r}")
-    return value
+    return str(value)
 
 
 def has(settings: BaseSettings | dict[str, Any], name: str) -> bool:

@@ -348,7 +348,7 @@ class RFPDupeFilter(BaseDupeFilter):
         if value is None:
             return None
         try:
-            return check("DEDUP_EXPIRE", value, "request.meta['dedup_expire']")
+            return float(check("DEDUP_EXPIRE", value, "request.meta['dedup_expire']"))
         except DedupConfigError as exc:
             if self.stats is not None:
                 self.stats.inc_value("dedup/invalid_expire")

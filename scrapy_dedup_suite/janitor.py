@@ -42,7 +42,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from .backends import DedupBackend, admission
-from .backends.base import as_str, janitor_lock_key, janitor_state_key
+from .backends.keys import as_str, janitor_lock_key, janitor_state_key
 from .backends.purge import OnScan
 from .options import JanitorOptions
 from .reports import FilterFill

@@ -10,8 +10,9 @@ The connection's options are in :mod:`.connection`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from scrapy.settings import BaseSettings
 
@@ -86,7 +87,10 @@ BLOOM_SETTINGS = {
 }
 
 
-def sized(make: Any, *args: Any) -> Any:
+T = TypeVar("T")
+
+
+def sized(make: Callable[..., T], *args: Any) -> T:
     """``make(*args)`` from bloom_math, its SizingError told in settings' names."""
     try:
         return make(*args)

@@ -24,7 +24,12 @@ INCLUDE = "-- include: "
 
 @cache
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return (
+        resources.files(__package__)
+        .joinpath("lua")
+        .joinpath(f"{name}.lua")
+        .read_text(encoding="utf-8")
+    )
 
 
 def includes(name: str) -> list[str]:
@@ -124,7 +129,10 @@ def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:
     strategy = getattr(pipe, "_execution_strategy", None)  # redis-py >= 6
     stack = strategy.command_queue if strategy is not None else pipe.command_stack
     try:
-        return pipe.send_cluster_commands(stack, raise_on_error=False, allow_redirections=False)
+        answers: list[Any] = pipe.send_cluster_commands(
+            stack, raise_on_error=False, allow_redirections=False
+        )
+        return answers
     finally:
         pipe.reset()
 

@@ -13,7 +13,7 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.backends import SetBackend
-from scrapy_dedup_suite.backends.base import slot_of
+from scrapy_dedup_suite.backends.keys import slot_of
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError, InvalidFingerprintError
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint

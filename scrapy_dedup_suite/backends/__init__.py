@@ -13,11 +13,11 @@ from ..connection import get_redis
 from ..exceptions import DedupConfigError
 from ..options import DupefilterOptions, WaitOptions
 from ..settings_table import read
-from .base import DedupBackend, as_str
+from .base import DedupBackend
 from .bloom import BloomBackend
 from .compact import CompactBackend
 from .hash import HashBackend
-from .keys import meta_key
+from .keys import as_str, meta_key
 from .native import NativeBloomBackend, WindowedNativeBloomBackend
 from .set import SetBackend
 from .windowed import WindowedBloomBackend

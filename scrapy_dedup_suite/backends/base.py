@@ -21,19 +21,12 @@ from ..reports import Contents, FilterFill
 from . import admission, calls, clearing, record
 from .calls import FailedCall, one_call
 from .capabilities import METHODS, Capabilities
-from .keys import (  # noqa: F401 - the key schema, re-exported for the backends
-    BATCH,
-    NATIVE_BLOOM_TYPE,
-    TYPE_NAMES,
-    as_str,
+from .keys import (
     check_types,
     chunks,
     janitor_lock_key,
     janitor_state_key,
     memory_usage,
-    migration_state_key,
-    slot_of,
-    slot_sibling,
     wrong_type_hint,
 )
 from .purge import OnScan, PurgeStep
@@ -344,7 +337,8 @@ class DedupBackend(ABC):
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
         assert self.contains_script is not None
-        return calls.call(self, self.contains_script, lambda: self.contains_call(fingerprint)) > 0
+        answer = calls.call(self, self.contains_script, lambda: self.contains_call(fingerprint))
+        return bool(answer > 0)
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""

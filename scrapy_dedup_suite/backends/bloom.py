@@ -29,14 +29,10 @@ from ..options import BloomOptions
 from ..reports import BloomSizing, Contents, FilterFill
 from ..settings_table import default
 from . import admission
-from .base import (
-    DedupBackend,
-    MetaSpec,
-    as_str,
-    migration_state_key,
-)
+from .base import DedupBackend
 from .capabilities import Capabilities
-from .keys import meta_key, migrating_key
+from .keys import as_str, meta_key, migrating_key, migration_state_key
+from .record import MetaSpec
 from .shape import Scalable, Shape, make_shape
 
 logger = logging.getLogger(__name__)

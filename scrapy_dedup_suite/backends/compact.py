@@ -44,10 +44,11 @@ from ..connection import is_cluster, masters, nodes_of
 from ..options import CompactOptions
 from ..reports import CompactBuckets, Contents
 from ..settings_table import check, default
-from .base import BATCH, LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, chunks, slot_sibling
+from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
-from .keys import META, meta_key
+from .keys import BATCH, META, as_str, chunks, meta_key, slot_sibling
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def listpack_limits(server: Any) -> tuple[int, int] | None:
 def bucket_count(capacity: int, entries: int, shards: int) -> int:
     """Buckets so that ``capacity`` fingerprints average half of ``entries`` a bucket."""
     per_bucket = max(1, entries // 2)
-    return max(shards, min(MAX_BUCKETS, math.ceil(capacity / per_bucket)))
+    return int(max(shards, min(MAX_BUCKETS, math.ceil(capacity / per_bucket))))
 
 
 class CompactBackend(DedupBackend):
@@ -267,7 +268,8 @@ class CompactBackend(DedupBackend):
             return self.check_and_add_many([fingerprint])[0]
         bucket, field = self.locate(fingerprint)
         # HSETNX answers 0 when the field was there.
-        return self.server.execute_command("HSETNX", self.bucket_key(bucket), field, "") == 0
+        added: int = self.server.execute_command("HSETNX", self.bucket_key(bucket), field, "")
+        return added == 0
 
     def add_group(self, fingerprint: str) -> int:
         return self.locate(fingerprint)[0]

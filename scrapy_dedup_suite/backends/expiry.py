@@ -118,7 +118,8 @@ class ExpiringHash(DedupBackend):
         """How long a fingerprint stays seen: DEDUP_EXPIRE, or a request's own."""
         if expire is None:
             return self._ttl_ms
-        return max(1, round(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']") * 1000))
+        seconds = float(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']"))
+        return max(1, round(seconds * 1000))
 
     def add_header(self, context: Any) -> list[Any]:
         """The stamp and the unit of the stored expiries (hash_add.lua's arguments,

@@ -30,11 +30,12 @@ from typing import Any
 from ..options import HashOptions
 from ..reports import Contents, HashFields
 from ..settings_table import check, default
-from .base import LAYOUT_VERSION, DedupBackend, MetaSpec, as_str, slot_sibling
+from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
-from .keys import META, meta_key, spread
+from .keys import META, as_str, meta_key, slot_sibling, spread
 from .purge import OnScan, PurgeStep, scan_fields
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 

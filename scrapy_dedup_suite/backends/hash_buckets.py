@@ -30,12 +30,13 @@ from typing import Any
 from ..options import HashOptions
 from ..reports import CompactBuckets, Contents, HashFields
 from ..settings_table import default
-from .base import BATCH, DedupBackend, MetaSpec, slot_sibling
+from .base import DedupBackend
 from .capabilities import Capabilities
 from .compact import CompactBackend
 from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
-from .keys import as_str
+from .keys import BATCH, as_str, slot_sibling
 from .purge import OnScan, PurgeStep, purge_buckets
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 

@@ -39,18 +39,12 @@ from ..reports import BloomSizing, Contents, FilterFill, ServerFilters
 from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
-from .base import (
-    LAYOUT_VERSION,
-    NATIVE_BLOOM_TYPE,
-    DedupBackend,
-    MetaSpec,
-    as_str,
-    migration_state_key,
-)
+from .base import LAYOUT_VERSION, DedupBackend
 from .bloom import block_prefix
 from .buckets import Windowed
 from .capabilities import Capabilities
-from .keys import meta_key, spread
+from .keys import NATIVE_BLOOM_TYPE, as_str, meta_key, migration_state_key, spread
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,10 @@ from typing import Any
 
 from .. import scripts
 from ..reports import Contents, Fingerprints
-from .base import DedupBackend, FailedCall, chunks, one_call
+from .base import DedupBackend
+from .calls import FailedCall, one_call
 from .capabilities import Capabilities
+from .keys import chunks
 
 
 class SetBackend(DedupBackend):
@@ -32,7 +34,8 @@ class SetBackend(DedupBackend):
         if self.wait_replicas:  # the script's call, which waits for the replicas
             return self.check_and_add_many([fingerprint])[0]
         # SADD answers how many members were added: 0 when it was there.
-        return self.server.execute_command("SADD", self.key, fingerprint) == 0
+        added: int = self.server.execute_command("SADD", self.key, fingerprint)
+        return added == 0
 
     def check_and_add_many(
         self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None

@@ -28,11 +28,11 @@ from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
 from ..reports import BloomSizing, Contents
 from ..windows import WindowSpec
-from .base import MetaSpec
 from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
 from .capabilities import Capabilities
 from .keys import LAYERS
+from .record import MetaSpec
 
 
 class WindowedBloomBackend(Windowed, BlockedBloom):

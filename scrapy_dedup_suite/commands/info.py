@@ -12,8 +12,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
-from ..backends.base import as_str
-from ..backends.keys import meta_key
+from ..backends.keys import as_str, meta_key
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
