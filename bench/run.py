@@ -1,6 +1,6 @@
 """The benchmark suite: every backend beside what users run today, in one process run.
 
-    python -m bench            # the full run (n = 1,000,000), what README quotes
+    python -m bench            # the full run (n = 1,000,000), what docs/benchmarks.md quotes
     python -m bench --quick    # under a minute
     python -m bench --smoke    # seconds; the test suite runs it so it cannot rot
 

@@ -173,7 +173,7 @@ class SetMigration:
             bits=0,
             hashes=0,
             blocks=int(info["shards"]),
-            # Buckets: what they were measured to take a fingerprint (README); shards:
+            # Buckets: what they were measured to take a fingerprint (docs/backends.md); shards:
             # about what the set takes (a field and its expiry against a member).
             target_memory=(
                 round(per * (already + members))

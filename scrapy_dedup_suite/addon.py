@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
 #: The batch middleware's order: the last spider middleware to see a callback's output
-#: among Scrapy's own, which pass requests on as they are (README: the batch path).
+#: among Scrapy's own, which pass requests on as they are (docs/batch.md).
 MIDDLEWARE_ORDER = 50
 SUMMARY_ORDER, JANITOR_ORDER = 900, 500
 

@@ -96,7 +96,7 @@ def explain(message: str) -> str:
         return f"{message} (in {where})"
     return (
         f"{message} (the command is {command}, in {where}: the Redis user needs it; see "
-        "README, 'Redis commands used')"
+        "the documentation, docs/keys.md: 'Redis commands used')"
     )
 
 

@@ -2,9 +2,10 @@
 accepts and one line of help.
 
 The table gives the defaults (:func:`default`), the checked values the options
-objects are built from (:func:`read`, :func:`check`), and README's settings tables
-(``python -m scrapy_dedup_suite.settings_table --write README.md``; a test fails
-when README and the table differ). Settings that belong to Scrapy or scrapy-redis
+objects are built from (:func:`read`, :func:`check`), and the documentation's settings
+reference (docs/settings.md, and the janitor's in docs/operations.md: ``python -m
+scrapy_dedup_suite.settings_table --write docs/settings.md docs/operations.md``; a test
+fails when they and the table differ). Settings that belong to Scrapy or scrapy-redis
 (``REDIS_URL``, ``DUPEFILTER_DEBUG``...) are listed with ``owner`` so the docs name
 them; their defaults stay their owner's.
 """
@@ -125,7 +126,7 @@ class Setting:
     help: str
     #: The default as the docs show it, when ``repr(default)`` is not how to say it.
     shown: str | Callable[[], str] = ""
-    #: "main" or "janitor": which of README's tables lists it.
+    #: "main" or "janitor": which of the documentation's tables lists it.
     table: str = "main"
     #: "scrapy" or "scrapy-redis" for their settings, read as they read them.
     owner: str = ""
@@ -546,7 +547,7 @@ def check(name: str, value: Any, label: str = "") -> Any:
 
 
 def reference(table: str = "main") -> str:
-    """README's settings table ``table`` ("main" or "janitor"), in Markdown."""
+    """The documentation's settings table ``table`` ("main" or "janitor"), in Markdown."""
     heading = "setting" if table == "main" else f"{table} setting"
     lines = [f"| {heading} | default | meaning |", "|---|---|---|"]
     for setting in TABLE:
@@ -560,24 +561,25 @@ MARKER = re.compile(r"(<!-- settings:(\w+) -->\n)(.*?)(<!-- /settings -->)", re.
 
 
 def rewrite(text: str) -> str:
-    """``text`` (README) with each ``<!-- settings:NAME -->`` block made from the table."""
+    """``text`` (a page) with each ``<!-- settings:NAME -->`` block made from the table."""
     return MARKER.sub(lambda m: m.group(1) + reference(m.group(2)) + m.group(4), text)
 
 
 def main(argv: list[str]) -> int:
-    """``python -m scrapy_dedup_suite.settings_table [--write README.md]``: print the
-    tables, or write them into README's marked blocks."""
-    if argv[:1] == ["--write"] and len(argv) == 2:
-        with open(argv[1], encoding="utf-8") as f:
-            text = f.read()
-        new = rewrite(text)
-        if new != text:
-            with open(argv[1], "w", encoding="utf-8") as f:
-                f.write(new)
-        print(f"{argv[1]}: settings tables {'rewritten' if new != text else 'already current'}")
+    """``python -m scrapy_dedup_suite.settings_table [--write FILE...]``: print the
+    tables, or write them into the marked blocks of each file (docs/*.md)."""
+    if argv[:1] == ["--write"] and len(argv) >= 2:
+        for name in argv[1:]:
+            with open(name, encoding="utf-8") as f:
+                text = f.read()
+            new = rewrite(text)
+            if new != text:
+                with open(name, "w", encoding="utf-8") as f:
+                    f.write(new)
+            print(f"{name}: settings tables {'rewritten' if new != text else 'already current'}")
         return 0
     if argv:
-        print("usage: python -m scrapy_dedup_suite.settings_table [--write README.md]")
+        print("usage: python -m scrapy_dedup_suite.settings_table [--write FILE...]")
         return 2
     print(reference("main"))
     print(reference("janitor"), end="")

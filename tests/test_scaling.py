@@ -351,7 +351,7 @@ def test_crawl_past_the_initial_capacity(tmp_path, site, redis_server, redis_set
     result = crawl(tmp_path, site, settings)
     stats = result["stats"]
     crawled = stats["downloader/response_status_count/200"]
-    # Layers of a few hundred bits are where double hashing is at its worst (README:
+    # Layers of a few hundred bits are where double hashing is at its worst (docs/backends.md:
     # "Scalable filters"); a page may, rarely, be taken for a duplicate.
     assert site.pages - 2 <= crawled <= site.pages
     assert stats["dedup/added"] == crawled

@@ -10,7 +10,7 @@ a second worker, the data lost under a running worker (FLUSHALL: nothing new may
 look seen) and clear().
 
 The rest of the suite runs on the suite's own server and cluster; this table is
-what backs README's "Which server gives what".
+what backs the documentation's "Which server gives what" (docs/servers.md).
 """
 
 from __future__ import annotations

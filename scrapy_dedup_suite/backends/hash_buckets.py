@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 #: What the parameter record's ``layout`` says of this layout.
 BUCKETS_LAYOUT = "buckets"
-#: Redis memory a fingerprint takes, by who expires it (measured: README, the hash
+#: Redis memory a fingerprint takes, by who expires it (measured: docs/backends.md, the hash
 #: backend's figures), for estimates made before any is written.
 BUCKET_BYTES_BY_EXPIRY = {"janitor": 18.0, "server": 25.0}
 #: Buckets whose expiries ``dedup-info`` samples.
@@ -149,7 +149,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     # -- reports ---------------------------------------------------------------------------
 
     def expected_bytes_per_fingerprint(self) -> float:
-        """Measured (README): an expiry in seconds is a 4-byte integer beside the field;
+        """Measured (docs/backends.md): an expiry in seconds is a 4-byte integer beside the field;
         a field TTL (listpackex) costs more, about 24 B a fingerprint."""
         return BUCKET_BYTES_BY_EXPIRY[self.expiry.name]
 

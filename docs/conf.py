@@ -1,0 +1,27 @@
+"""Sphinx configuration of scrapy_dedup_suite's documentation (``./dev docs``; Read the
+Docs builds it with ``.readthedocs.yaml``). The pages are Markdown (MyST); the settings
+reference in settings.md is made from ``scrapy_dedup_suite/settings_table.py`` (a test
+fails when they differ)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+project = "scrapy_dedup_suite"
+author = "scrapy_dedup_suite's developers"
+release = re.search(
+    r'^__version__ = "([^"]+)"', (ROOT / "scrapy_dedup_suite" / "__init__.py").read_text(), re.M
+).group(1)  # type: ignore[union-attr]
+version = release
+
+extensions = ["myst_parser"]
+source_suffix = {".md": "markdown"}
+myst_heading_anchors = 3
+exclude_patterns = ["_build"]
+html_theme = "furo"
+html_title = f"scrapy_dedup_suite {release}"
+# Figures of the benchmarks, written by ./dev bench (bench/results/), copied in by hand.
+html_static_path: list[str] = []
