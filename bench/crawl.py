@@ -202,22 +202,51 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--latency must list numbers of ms, e.g. 0,0.5,1; got {opts.latency!r}")
     backends = [b.strip() for b in opts.backends.split(",") if b.strip()]
-    site = Site(opts.pages, opts.links)
-    base = {"CONCURRENT_REQUESTS": opts.concurrency}
     binary = opts.server or shutil.which("redis-server") or server_binary()
-    rows: list[tuple[str, float, float, float, int]] = []  # name, latency, ping, pages/s, calls
+    print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
+    rows = measure(opts.pages, opts.links, latencies, backends, opts.concurrency, binary)
+    ceiling = rows[0][3]
+    print(
+        "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
+    )
+    for name, latency, ping, rate, used in rows:
+        ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
+        versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
+        per_page = f"{used / opts.pages:10.2f}" if name != "memory" else ""
+        print(
+            f"{name:22s} {latency:5.1f} ms {ping:5.2f} {rate:8.1f} {rate / ceiling:8.2f}x "
+            f"{versus} {per_page}"
+        )
+    return 0
+
+
+#: One crawl's figures: row name, latency added (ms), PING measured (ms), pages/s, calls.
+Row = tuple[str, float, float, float, int]
+
+
+def measure(
+    pages: int,
+    links: int,
+    latencies: list[float],
+    backends: list[str],
+    concurrency: int,
+    binary: str,
+) -> list[Row]:
+    """Every row's crawl (the first is ``memory``, on no Redis), printing each as it ends."""
+    site = Site(pages, links)
+    base = {"CONCURRENT_REQUESTS": concurrency}
+    rows: list[Row] = []
 
     def record(name: str, latency: float, ping: float, stats: dict, used: int) -> None:
-        pages = stats.get("downloader/response_status_count/200", 0)
-        if pages != opts.pages:
-            raise RuntimeError(f"{name}: crawled {pages} pages of {opts.pages}")
-        rate = pages / stats["elapsed_time_seconds"]
+        crawled = stats.get("downloader/response_status_count/200", 0)
+        if crawled != pages:
+            raise RuntimeError(f"{name}: crawled {crawled} pages of {pages}")
+        rate = crawled / stats["elapsed_time_seconds"]
         rows.append((name, latency, ping, rate, used))
         print(
             f"  {name:22s} {latency:4.1f} ms (PING {ping:5.2f} ms) {rate:7.1f} pages/s", flush=True
         )
 
-    print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
     record("memory", 0.0, 0.0, run_crawl(site.url, base), 0)
     with EmbeddedRedis(binary=binary) as server:
         direct = redis.Redis(port=server.port)
@@ -235,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 ours = {
                     "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
                     "DEDUP_BACKEND": backend,
-                    "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * opts.pages),
+                    "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * pages),
                 }
                 configs.append((backend, ours))
                 configs.append((f"{backend} batched", {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}))
@@ -247,19 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             if proxy is not None:
                 proxy.stop()
         direct.close()
-    ceiling = rows[0][3]
-    print(
-        "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
-    )
-    for name, latency, ping, rate, used in rows:
-        ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
-        versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
-        per_page = f"{used / opts.pages:10.2f}" if name != "memory" else ""
-        print(
-            f"{name:22s} {latency:5.1f} ms {ping:5.2f} {rate:8.1f} {rate / ceiling:8.2f}x "
-            f"{versus} {per_page}"
-        )
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
