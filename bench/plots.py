@@ -63,6 +63,18 @@ def footer(fig: Any, server: str, command: str) -> None:
     fig.text(0.01, 0.01, f"{machine}; {server}; {when}; {command}", fontsize=7, color="grey")
 
 
+def save(fig: Any, ax: Any, path: Path, **note: str) -> None:
+    """Grid, legend and footer, then the image at ``path``."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    footer(fig, **note)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def server_name(client: redis.Redis) -> str:
     info = client.info("server")
     if "valkey_version" in info:
@@ -124,12 +136,7 @@ def draw_memory(series: dict[str, list[float]], sizes: list[int], path: Path, **
     ax.set_xlabel("fingerprints stored")
     ax.set_ylabel("Redis memory per fingerprint (bytes, used_memory growth / n)")
     ax.set_title("Memory per fingerprint")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    footer(fig, **note)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, ax, path, **note)
 
 
 def draw_crawl(rows: list[crawl.Row], path: Path, **note: str) -> None:
@@ -146,12 +153,7 @@ def draw_crawl(rows: list[crawl.Row], path: Path, **note: str) -> None:
     ax.set_ylabel("pages crawled per second")
     ax.set_title("A real crawl against the round trip to Redis")
     ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    footer(fig, **note)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, ax, path, **note)
 
 
 def draw_fp(series: dict[str, Any], capacity: int, path: Path, **note: str) -> None:
@@ -168,12 +170,7 @@ def draw_fp(series: dict[str, Any], capacity: int, path: Path, **note: str) -> N
     ax.set_xlabel("fingerprints added / the first capacity")
     ax.set_ylabel("false-positive rate measured on fingerprints never added")
     ax.set_title("Bloom filters past their capacity: fixed and scalable")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    footer(fig, **note)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, ax, path, **note)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,13 +12,18 @@ import pytest
 from .helpers import ROOT
 
 
-def test_bench_smoke_run(tmp_path, redis_server):
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path),
+def smoke(module: str, out, redis_server) -> subprocess.CompletedProcess:
+    """``python -m module --smoke`` writing to ``out``, on the suite's server."""
+    return subprocess.run(
+        [sys.executable, "-m", module, "--smoke", "--out", str(out),
          "--server", redis_server.binary],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
+
+
+def test_bench_smoke_run(tmp_path, redis_server):
+    proc = smoke("bench", tmp_path, redis_server)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     names = [row["name"] for row in results["rows"]]
@@ -115,12 +120,7 @@ def test_compact_layouts_bench_runs(redis_server):
 def test_plots_smoke_run(tmp_path, redis_server):
     """The figures the documentation shows are drawn from real runs: three images, each
     with the footer that says how it was made."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.plots", "--smoke", "--out", str(tmp_path),
-         "--server", redis_server.binary],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    proc = smoke("bench.plots", tmp_path, redis_server)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("memory.png", "crawl.png", "fp_rate.png"):
         data = (tmp_path / name).read_bytes()
