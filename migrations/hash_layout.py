@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,9 +42,10 @@ from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends.expiry import BY_SERVER
 from scrapy_dedup_suite.backends.hash import SHARDS_LAYOUT, HashBackend, build, stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import BUCKETS_LAYOUT, HashBucketsBackend
-from scrapy_dedup_suite.backends.keys import as_str, migration_state_key
+from scrapy_dedup_suite.backends.keys import as_str, chunks, migration_state_key
 from scrapy_dedup_suite.config import human_bytes
-from scrapy_dedup_suite.exceptions import DedupError
+from scrapy_dedup_suite.connection import server_time_ms
+from scrapy_dedup_suite.exceptions import DedupError, WrongKeyTypeError
 from scrapy_dedup_suite.options import HashOptions
 
 from .errors import MigrationError, SourceError, TargetError, VerificationError
@@ -168,13 +169,16 @@ class HashLayoutConversion:
         self.state_key = migration_state_key(key)
         self.source: HashBackend | None = None
         self.target: HashBucketsBackend | None = None
+        #: Whether plan() found a conversion under way (its parameters in K:migration).
+        self._under_way = False
 
     # -- checks ----------------------------------------------------------------------------
 
     def plan(self) -> ConversionPlan:
         """Check everything and say what a run would do; writes nothing."""
         state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
-        if state.get("mode") == MODE:
+        self._under_way = state.get("mode") == MODE
+        if self._under_way:
             return self._resume_plan(state)
         o = self.options
         layout = stored_layout(self.server, self.key, o.shards)
@@ -185,10 +189,8 @@ class HashLayoutConversion:
             assert isinstance(built, HashBucketsBackend)
             self._verify(built)
             source = self._source(built.expiry is BY_SERVER)
-            if not self._fields_of(source):  # (leftover shards are finished as a rerun)
-                self.target = built
-                return self._plan(source, built, "done")
-            return self._plan(source, built, "resume")
+            fields = self._fields_of(source)  # leftover shards are finished as a rerun
+            return self._plan(source, built, "resume" if fields else "done", fields)
         if layout != SHARDS_LAYOUT:
             raise SourceError(
                 f"The hash filter at {self.key!r} is of layout {layout!r}, which this "
@@ -196,7 +198,8 @@ class HashLayoutConversion:
             )
         source = self._source(o.field_expiry)
         self._verify(source)
-        return self._plan(source, self._target(source.expiry is BY_SERVER), "start")
+        target = self._target(source.expiry is BY_SERVER)
+        return self._plan(source, target, "start", self._fields_of(source))
 
     def _source(self, field_expiry: bool | None) -> HashBackend:
         o = self.options
@@ -234,8 +237,9 @@ class HashLayoutConversion:
                     f"Set {name} = {was} (in the project's settings) and run it again."
                 )
         way = state["expiry"] == BY_SERVER.name
+        source = self._source(way)
         target = self._target(way, int(state["buckets"]))
-        plan = self._plan(self._source(way), target, "resume")
+        plan = self._plan(source, target, "resume", self._fields_of(source))
         plan.shard, plan.cursor = int(state.get("shard", 0)), int(state.get("cursor", 0))
         return plan
 
@@ -259,21 +263,18 @@ class HashLayoutConversion:
         )
 
     def _fields_of(self, source: HashBackend) -> int:
-        pipe = self.server.pipeline(transaction=False)
-        for key in source.shard_keys:
-            pipe.type(key)
-        kinds = [as_str(k) for k in pipe.execute()]
-        for key, kind in zip(source.shard_keys, kinds):
-            if kind not in ("hash", "none"):
-                raise SourceError(
-                    f"Shard {key!r} holds a {kind}, not a hash; nothing was written. Move it "
-                    "away (RENAME) and run the conversion again."
-                )
+        """The fields in the shards; refused (nothing written) where a shard is no hash."""
+        try:
+            source.check_types(dict.fromkeys(source.shard_keys, "hash"))
+        except WrongKeyTypeError as exc:
+            raise SourceError(f"{exc} Nothing was written.") from exc
         return source._fields()
 
-    def _plan(self, source: HashBackend, target: HashBucketsBackend, state: str) -> ConversionPlan:
+    def _plan(
+        self, source: HashBackend, target: HashBucketsBackend, state: str, fields: int
+    ) -> ConversionPlan:
+        """``fields``: what the shards hold (:meth:`_fields_of`)."""
         self.source, self.target = source, target
-        fields = self._fields_of(source) if state != "done" else 0
         memory = source.memory_usage(source.shard_keys) if fields else 0
         plan = ConversionPlan(
             key=self.key,
@@ -308,7 +309,7 @@ class HashLayoutConversion:
             return report
         source, target = self.source, self.target
         assert source is not None and target is not None
-        if plan.state == "start" or self.server.hget(self.state_key, "mode") is None:
+        if not self._under_way:  # (plan() read K:migration)
             self.server.hset(
                 self.state_key,
                 mapping={
@@ -339,11 +340,8 @@ class HashLayoutConversion:
             int(scripts.STAMP_SWITCH(self.server, [key], [old.stamp, new.stamp]))
             for key in target.stamp_keys
         )
-        pairs: list[str] = []
-        for name, value in new.fields.items():
-            pairs += [name, value]
         replaced = scripts.RECORD_SWITCH(
-            self.server, [new.key], [SHARDS_LAYOUT, BUCKETS_LAYOUT, *pairs]
+            self.server, [new.key], [SHARDS_LAYOUT, BUCKETS_LAYOUT, *new.flat_fields]
         )
         if switched or replaced:
             logger.info(
@@ -355,36 +353,43 @@ class HashLayoutConversion:
             )
 
     def _copy(self, plan: ConversionPlan, report: ConversionReport) -> None:
-        source, target = self.source, self.target
-        assert source is not None and target is not None
+        target = self.target
+        assert target is not None
         done = 0
-        for shard in range(plan.shard, source.shards):
-            cursor = plan.cursor if shard == plan.shard else 0
+        for shard, cursor, expiries, invalid in self._walk(plan.shard, plan.cursor):
+            report.invalid += invalid
+            now_ms = server_time_ms(self.server)
+            live = {fp: ms - now_ms for fp, ms in expiries.items() if ms > now_ms}
+            report.expired += len(expiries) - len(live)
+            if live:
+                seen = target.check_and_add_many(
+                    list(live), [left / 1000 for left in live.values()]
+                )
+                report.present += sum(seen)
+                report.copied += len(seen) - sum(seen)
+            done += len(expiries) + invalid
+            # Where a rerun goes on: this shard at the cursor, or (done with it) the next.
+            resume = {"shard": shard, "cursor": cursor} if cursor else {"shard": shard + 1}
+            self.server.hset(self.state_key, mapping={"cursor": 0, **resume})
+            if self.progress is not None:
+                self.progress(done, plan.fields)
+
+    def _walk(
+        self, shard: int = 0, cursor: int = 0
+    ) -> Iterator[tuple[int, int, dict[str, int], int]]:
+        """HSCAN the shards from ``shard`` (at ``cursor``) to the last, ``batch`` fields a
+        call: per call, the shard's index, the next cursor (0: the shard is done), each
+        field's expiry (Unix ms), and how many fields hold none."""
+        assert self.source is not None
+        for index in range(shard, self.source.shards):
+            key = self.source.shard_keys[index]
             while True:
-                cursor, expiries, invalid = self._read(source.shard_keys[shard], cursor)
-                report.invalid += invalid
-                now_ms = self._now_ms()
-                live = {fp: ms - now_ms for fp, ms in expiries.items() if ms > now_ms}
-                report.expired += len(expiries) - len(live)
-                if live:
-                    seen = target.check_and_add_many(
-                        list(live), [left / 1000 for left in live.values()]
-                    )
-                    report.present += sum(seen)
-                    report.copied += len(seen) - sum(seen)
-                done += len(expiries) + invalid
-                self.server.hset(self.state_key, mapping={"shard": shard, "cursor": cursor})
-                if self.progress is not None:
-                    self.progress(done, plan.fields)
+                cursor, flat = self.server.hscan(key, cursor, count=self.batch)
+                cursor = int(cursor)
+                values = {as_str(k): as_str(v) for k, v in flat.items()}
+                yield index, cursor, *self._expiries(key, values)
                 if cursor == 0:
                     break
-            self.server.hset(self.state_key, mapping={"shard": shard + 1, "cursor": 0})
-
-    def _read(self, shard: str, cursor: int) -> tuple[int, dict[str, int], int]:
-        """One HSCAN of ``shard``: the next cursor, each field's expiry (Unix ms), and
-        how many fields hold none."""
-        cursor, flat = self.server.hscan(shard, cursor, count=self.batch)
-        return int(cursor), *self._expiries(shard, {as_str(k): as_str(v) for k, v in flat.items()})
 
     def _expiries(self, shard: str, values: dict[str, str]) -> tuple[dict[str, int], int]:
         """The expiry (Unix ms) of each of ``values``' fields, and how many have none.
@@ -401,39 +406,26 @@ class HashLayoutConversion:
         out = {fp: int(v) for fp, v in values.items() if v.isdigit()}
         return out, len(values) - len(out)
 
-    def _now_ms(self) -> int:
-        seconds, micros = self.server.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
     # -- verification and the source's removal ----------------------------------------------
 
-    def _sampled(self) -> list[tuple[str, dict[str, int]]]:
-        """Up to ``sample`` random fields, spread over the shards, with their expiries."""
+    def _sampled(self) -> Iterator[dict[str, int]]:
+        """Up to ``sample`` random fields, spread over the shards: their expiries."""
         assert self.source is not None
         each = math.ceil(self.sample / self.source.shards)
-        out = []
         for shard in self.source.shard_keys:
             flat = self.server.hrandfield(shard, each, withvalues=True) or []
             values = {as_str(k): as_str(v) for k, v in zip(flat[0::2], flat[1::2])}
-            out.append((shard, self._expiries(shard, values)[0]))
-        return out
-
-    def _everything(self) -> Any:
-        assert self.source is not None
-        for shard in self.source.shard_keys:
-            cursor = 0
-            while True:
-                cursor, expiries, _ = self._read(shard, cursor)
-                yield shard, expiries
-                if cursor == 0:
-                    break
+            yield self._expiries(shard, values)[0]
 
     def _check(self, report: ConversionReport) -> None:
         assert self.target is not None
-        batches = self._everything() if self.verify_mode == "all" else self._sampled()
+        if self.verify_mode == "all":
+            batches: Iterator[dict[str, int]] = (e for _, _, e, _ in self._walk())
+        else:
+            batches = self._sampled()
         missing: list[str] = []
-        for _, expiries in batches:
-            now_ms = self._now_ms()
+        for expiries in batches:
+            now_ms = server_time_ms(self.server)
             lasting = [fp for fp, ms in expiries.items() if ms > now_ms + VERIFY_MARGIN_MS]
             found = self.target.contains_many(lasting)
             missing += [fp for fp, ok in zip(lasting, found) if not ok]
@@ -451,16 +443,13 @@ class HashLayoutConversion:
         source, target = self.source, self.target
         assert source is not None and target is not None
         before = source.memory_usage(source.shard_keys)
-        for shard, expiries in self._everything():
-            now_ms = self._now_ms()
+        for index, _, expiries, _ in self._walk():
+            shard = source.shard_keys[index]
+            now_ms = server_time_ms(self.server)
             names = list(expiries)
             found = target.contains_many(names)
             gone = [fp for fp, ok in zip(names, found) if ok or expiries[fp] <= now_ms]
-            report.removed += sum(int(self.server.hdel(shard, *part)) for part in _parts(gone))
+            report.removed += sum(int(self.server.hdel(shard, *part)) for part in chunks(gone))
         report.kept = source._fields()
         report.source_deleted = report.kept == 0
         report.memory_freed = before - source.memory_usage(source.shard_keys)
-
-
-def _parts(names: Sequence[str], size: int = 1000) -> list[Sequence[str]]:
-    return [names[i : i + size] for i in range(0, len(names), size)]

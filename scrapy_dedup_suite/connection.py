@@ -107,6 +107,12 @@ def without_retries(server: Any) -> Any:
     return type(server)(connection_pool=new_pool)
 
 
+def server_time_ms(client: Any) -> int:
+    """The server's clock in Unix milliseconds (``TIME``): the one expiries are kept by."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def has_command(client: Any, name: str) -> bool:
     """Whether the server behind ``client`` knows the command ``name`` (COMMAND INFO
     answers nil for one it does not; nothing is run)."""

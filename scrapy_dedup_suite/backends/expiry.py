@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..connection import address, has_command, masters
+from ..connection import address, has_command, masters, server_time_ms
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
 from ..reports import ExpirySample
@@ -35,8 +35,7 @@ SAMPLE = 1000
 def expiry_sample(server: Any, hashes: list[str], unit_ms: int) -> ExpirySample:
     """Of up to SAMPLE random fields per hash (each holds its expiry in ``unit_ms``),
     how many have expired and when the last of them expires (server time)."""
-    seconds, micros = server.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = server_time_ms(server)
     expiries = []
     for key in hashes:
         flat = server.hrandfield(key, SAMPLE, withvalues=True) or []

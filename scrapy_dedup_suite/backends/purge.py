@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from .. import scripts
+from ..connection import server_time_ms
 from .keys import as_str
 
 #: Called with (hash key, expired fields found) after each scan, before they are purged.
@@ -53,8 +54,7 @@ def scan_fields(
     expired fields deleted ``batch`` at a time, each compared again on the server."""
     step = PurgeStep(0)
     cursor, fields = step.timed(lambda: server.hscan(key, cursor, count=batch))
-    seconds, micros = server.time()
-    now = int(seconds) * 1000 + int(micros) // 1000
+    now = server_time_ms(server)
     candidates = []
     for name, value in fields.items():
         try:

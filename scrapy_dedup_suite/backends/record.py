@@ -115,6 +115,11 @@ class MetaSpec:
             f"{name}={self.fields.get(name, '')}" for name in ("backend", *self.compare)
         )
 
+    @property
+    def flat_fields(self) -> list[str]:
+        """The fields to write as a script's arguments: name, value, name, value, ..."""
+        return [part for item in self.fields.items() for part in item]
+
     @staticmethod
     def parse_stamp(stamp: str) -> dict[str, str]:
         return dict(part.partition("=")[::2] for part in stamp.split(";"))
@@ -186,11 +191,8 @@ def check_stamps(backend: DedupBackend, found: Mapping[str, str], spec: MetaSpec
 
 def init_meta(backend: DedupBackend, spec: MetaSpec) -> bool:
     """Create the parameter record or check it; True when this call created it."""
-    args: list[str] = []
-    for name, value in spec.fields.items():
-        args += [name, value]
     try:
-        created, flat = scripts.META_INIT(backend.server, [spec.key], args)
+        created, flat = scripts.META_INIT(backend.server, [spec.key], spec.flat_fields)
     except ResponseError as exc:
         if code_of(exc) == "dedup:WRONGTYPE":
             kind = as_str(backend.server.type(spec.key))
