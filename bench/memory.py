@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -71,24 +71,33 @@ ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
 ]  # fmt: skip
 
 
+def measure(client: redis.Redis, n: int) -> Iterator[tuple[str, float | None]]:
+    """Each row's bytes per fingerprint for ``n`` fingerprints, alone in the flushed
+    server; None for a row the server cannot have (no hash-field expiry)."""
+    field_ttl = has_command(client, "HPEXPIRE")
+    fps = fingerprints(n)
+    for name, load, needs_ttl in ROWS:
+        if needs_ttl and not field_ttl:
+            yield name, None
+            continue
+        settle(client)
+        before = used(client)
+        load(client, fps)
+        yield name, (used(client) - before) / n
+
+
 def section(label: str, binary: str, sizes: list[int]) -> None:
     with started(binary) as client:
         info = client.info("server")
         version = info.get("valkey_version") and f"Valkey {info['valkey_version']}"
         version = version or f"Redis {info['redis_version']}"
-        field_ttl = has_command(client, "HPEXPIRE")
         for n in sizes:
-            fps = fingerprints(n)
             print(f"{label}: {version} ({binary}), {n:,} fingerprints")
             base = None
-            for name, load, needs_ttl in ROWS:
-                if needs_ttl and not field_ttl:
+            for name, per in measure(client, n):
+                if per is None:
                     print(f"  {name:34} (no hash-field expiry on this server)")
                     continue
-                settle(client)
-                before = used(client)
-                load(client, fps)
-                per = (used(client) - before) / n
                 base = base or per
                 print(f"  {name:34} {per:6.1f} B/fingerprint  ({per / base:4.2f}x the set)")
             print(flush=True)

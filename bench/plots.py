@@ -31,11 +31,10 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
-from scrapy_dedup_suite.connection import has_command
 from scrapy_dedup_suite.embedded import server_binary
 
 from . import crawl, memory
-from .compact_layouts import settle, used
+from .compact_layouts import settle
 from .server_features import server as started
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -84,17 +83,11 @@ def server_name(client: redis.Redis) -> str:
 
 def memory_series(client: redis.Redis, sizes: list[int]) -> dict[str, list[float]]:
     """Bytes per fingerprint of each of bench.memory's rows at each size."""
-    field_ttl = has_command(client, "HPEXPIRE")
     out: dict[str, list[float]] = {}
     for n in sizes:
-        fps = memory.fingerprints(n)
-        for name, load, needs_ttl in memory.ROWS:
-            if needs_ttl and not field_ttl:
-                continue
-            settle(client)
-            before = used(client)
-            load(client, fps)
-            out.setdefault(name, []).append((used(client) - before) / n)
+        for name, per in memory.measure(client, n):
+            if per is not None:
+                out.setdefault(name, []).append(per)
         print(f"  memory: {n:,} fingerprints", flush=True)
     return out
 
