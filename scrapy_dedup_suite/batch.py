@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .backends.calls import FailedCall
 from .connection import failure_text
 from .exceptions import DedupBackendError
-from .failures import FAILURES, ErrorPolicy, is_transient, translate
+from .failures import ErrorPolicy, as_failure, is_transient, translate
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -119,21 +119,20 @@ def check(
         if not backend.opened:  # after clear(), say: opened again under the policy
             backend.open()
         answers, failures = backend.try_check_and_add_many(fingerprints, each)
-    except FAILURES as exc:
-        answers, failures = [None] * count, [FailedCall(list(range(count)), exc)]
+    except Exception as exc:  # whatever the client raised: the error policy decides
+        answers, failures = [None] * count, [FailedCall(list(range(count)), as_failure(exc))]
     for i, seen in enumerate(answers):
         if seen:
             result.outcomes[i] = SEEN
     retry: list[int] = []
     error: Exception | None = None
     for call in failures:
-        if not isinstance(call.error, FAILURES):
-            raise call.error
-        if is_transient(call.error):
+        failure = as_failure(call.error)
+        if is_transient(failure):
             retry += call.indices
-            error = error or call.error
+            error = error or failure
             continue
-        result.refused = translate(call.error, backend, fingerprints[call.indices[0]])
+        result.refused = translate(failure, backend, fingerprints[call.indices[0]])
         for i in call.indices:
             result.outcomes[i] = DEFERRED
     if error is None:
@@ -145,8 +144,8 @@ def check(
         again, result.retries, error = policy.retry(
             lambda: backend.check_and_add_many(again_fps, again_expires), error, patience
         )
-    except FAILURES as exc:  # refused on a retry, after a call that may have run
-        result.failure = translate(exc, backend, again_fps[0])
+    except Exception as exc:  # refused on a retry, after a call that may have run
+        result.failure = translate(as_failure(exc), backend, again_fps[0])
         for i in retry:
             result.outcomes[i] = FAILED
         return result

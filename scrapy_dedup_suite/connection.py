@@ -15,6 +15,7 @@ after a failover. ``REDIS_PARAMS`` apply to the primary's connections,
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -29,6 +30,8 @@ from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from .exceptions import DedupConfigError, RedisUnreachableError
 from .settings_table import read
+
+logger = logging.getLogger(__name__)
 
 URL_HELP = (
     "REDIS_URL looks like redis://[user:password@]host:port/db, rediss://... or "
@@ -46,6 +49,19 @@ def is_cluster(server: Any) -> bool:
     from redis.cluster import RedisCluster
 
     return isinstance(server, RedisCluster)
+
+
+def refresh_slots(server: Any) -> None:
+    """Read a cluster's map of slots and nodes again (after a slot moved or a master
+    was added mid-crawl: redis-py follows a redirection to a node it has not
+    discovered only after this). Nothing for a single server; a failure to read it is
+    left to the call retried next."""
+    if not is_cluster(server):
+        return
+    try:
+        server.nodes_manager.initialize()
+    except Exception as exc:  # the retried call meets the same failure and says it
+        logger.debug("Could not read the cluster's slot map again: %s", exc)
 
 
 def masters(server: Any) -> list[Any]:

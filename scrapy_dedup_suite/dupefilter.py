@@ -39,11 +39,12 @@ from .connection import (
     failure_text,
     get_redis,
     redis_source,
+    refresh_slots,
     unreachable,
     without_retries,
 )
 from .exceptions import DedupBackendError, DedupConfigError
-from .failures import FAILURES, ErrorPolicy, is_transient, translate
+from .failures import ErrorPolicy, as_failure, is_transient, translate
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
 from .local_cache import KnownFingerprints
 from .options import DupefilterOptions
@@ -106,6 +107,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.policy = ErrorPolicy(
             check("DEDUP_ON_ERROR", on_error), check("DEDUP_ERROR_RETRIES", retries)
         )
+        self.policy.before_retry = lambda error: refresh_slots(self.backend.server)
         self.logdupes = True
         #: The setting that chose the server, for the start-up error.
         self.redis_source = redis_source(settings) if settings is not None else "REDIS_URL"
@@ -320,10 +322,11 @@ class RFPDupeFilter(BaseDupeFilter):
             if not backend.opened:
                 backend.open()
             seen = backend.check_and_add(fp, expire)
-        except FAILURES as exc:
-            if not is_transient(exc):
-                raise translate(exc, backend, fp) from exc
-            return self._after_failure(request, fp, expire, exc)
+        except Exception as exc:  # whatever the client raised: the error policy decides
+            failure = as_failure(exc)
+            if not is_transient(failure):
+                raise translate(failure, backend, fp) from exc
+            return self._after_failure(request, fp, expire, failure)
         if known is not None:
             known.add(fp)
         if seen:
@@ -420,8 +423,8 @@ class RFPDupeFilter(BaseDupeFilter):
         backend = self.backend
         try:
             seen, retries, exc = self.policy.retry(lambda: backend.check_and_add(fp, expire), exc)
-        except FAILURES as refused:
-            raise translate(refused, backend, fp) from refused
+        except Exception as refused:  # (retry raises only what is not transient)
+            raise translate(as_failure(refused), backend, fp) from refused
         if self.stats is not None and retries:
             self.stats.inc_value("dedup/retries", retries)
         if seen is not None:

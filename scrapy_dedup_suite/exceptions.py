@@ -45,6 +45,20 @@ class DedupBackendError(DedupError):
     """Redis failed while checking a request (and ``DEDUP_ON_ERROR = "raise"``)."""
 
 
+class ClientFailure(DedupBackendError):
+    """The Redis client library raised something other than a Redis error while a call
+    was under way (redis-py following a redirection to a cluster node it has not
+    discovered, say). The call may or may not have run: a transient failure, handled
+    as a lost connection is (DEDUP_ON_ERROR). ``__cause__`` is what it raised."""
+
+    def __init__(self, exc: BaseException) -> None:
+        text = str(exc).strip().splitlines()
+        super().__init__(
+            f"the Redis client failed with {type(exc).__name__}" + (f": {text[0]}" if text else "")
+        )
+        self.__cause__ = exc
+
+
 class InvalidFingerprintError(DedupError, ValueError):
     """A fingerprint is not what the backend hashes (hex digest of >= 16 bytes)."""
 

@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .exceptions import (
+    ClientFailure,
     DedupBackendError,
     DedupConfigError,
     DedupError,
@@ -60,6 +61,10 @@ TRANSIENT = (
     BusyLoadingError,  # LOADING
     OutOfMemoryError,  # OOM: full memory under noeviction
 )
+
+#: Failures after which a cluster client's map of slots may be out of date (a slot
+#: moved, a node added or gone): the map is read again before the call is retried.
+RESHARDING = (ClusterError, TryAgainError, AskError, SlotNotCoveredError, ClientFailure)
 
 #: Error codes redis-py has no class for that mean "not now" rather than "wrong": a
 #: long script running, too few replicas acknowledged.
@@ -133,8 +138,19 @@ def code_of(exc: BaseException) -> str:
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed call follows DEDUP_ON_ERROR: the server could not be reached
     or refused for now (full memory, busy script, cluster down, read only, too few
-    replicas), as opposed to a filter that is misconfigured or damaged."""
-    return isinstance(exc, TRANSIENT) or code_of(exc) in TRANSIENT_CODES
+    replicas), or the client library failed on the way (:class:`ClientFailure`), as
+    opposed to a filter that is misconfigured or damaged."""
+    return isinstance(exc, (*TRANSIENT, ClientFailure)) or code_of(exc) in TRANSIENT_CODES
+
+
+def as_failure(exc: Exception) -> Exception:
+    """What a call raised, as a failure the error policy handles: a Redis error or an
+    error of this package as it is; anything else the client library raised (an
+    AttributeError from inside redis-py, say) as a :class:`ClientFailure`. Nothing a
+    call raises escapes into Scrapy unhandled."""
+    if isinstance(exc, (*FAILURES, DedupError)):
+        return exc
+    return ClientFailure(exc)
 
 
 def cluster_node_error(exc: Exception) -> DedupConfigError:
@@ -175,6 +191,16 @@ def _never() -> bool:
     return False
 
 
+def _nothing(error: Exception) -> None:
+    return None
+
+
+#: Immediate retries, whatever DEDUP_ON_ERROR says, of a call that failed while the
+#: cluster was resharding (after the slot map is read again): the call is answered
+#: by the slot's new owner instead of being let through unchecked.
+RESHARDING_RETRIES = 2
+
+
 class ErrorPolicy:
     """DEDUP_ON_ERROR and DEDUP_ERROR_RETRIES, and whether the crawl is closing (then a
     call that waits out an outage stops waiting)."""
@@ -182,6 +208,9 @@ class ErrorPolicy:
     def __init__(self, on_error: str, retries: int) -> None:
         self.on_error = on_error
         self.retries = retries
+        #: Called before a retry after a failure of :data:`RESHARDING` (the dupefilter
+        #: reads the cluster's slot map again there).
+        self.before_retry: Callable[[Exception], None] = _nothing
         #: Whether the crawl is closing (BatchDedupMiddleware sets it).
         self.closing: Callable[[], bool] = _never
         #: The failure of a batch that gave up while closing: the next give up at once.
@@ -196,12 +225,16 @@ class ErrorPolicy:
     ) -> tuple[T | None, int, Exception]:
         """After ``error``, a transient failure: with DEDUP_ON_ERROR='raise', call
         ``attempt`` again at once (the reactor must not sleep), up to
-        DEDUP_ERROR_RETRIES times; then, for ``patience`` seconds (a batch in its own
-        thread only), again after growing pauses. Returns its answer (None if every
+        DEDUP_ERROR_RETRIES times (after a failure of resharding, at least
+        RESHARDING_RETRIES times whatever the policy, the slot map read again before
+        each); then, for ``patience`` seconds (a batch in its own thread only), again
+        after growing pauses. Returns its answer (None if every
         retry failed, or none was made), the retries made and the last error. A
         failure that is not transient is raised as it came. Touches no stats (the
         batch path runs it in a thread)."""
         at_once = self.retries if self.raises else 0
+        if isinstance(error, RESHARDING):
+            at_once = max(at_once, RESHARDING_RETRIES)
         deadline = time.monotonic() + patience
         pause = 0.05
         retries = 0
@@ -213,9 +246,12 @@ class ErrorPolicy:
                 time.sleep(min(pause, left))
                 pause = min(2 * pause, 1.0)
             retries += 1
+            if isinstance(error, RESHARDING):
+                self.before_retry(error)
             try:
                 return attempt(), retries, error
-            except FAILURES as exc:
-                if not is_transient(exc):
-                    raise
-                error = exc
+            except Exception as exc:
+                failure = as_failure(exc)
+                if not is_transient(failure):
+                    raise  # (a ClientFailure is transient: this is what was raised)
+                error = failure

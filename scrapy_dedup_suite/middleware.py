@@ -49,7 +49,9 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from .backends import check_settings
+from .batch import UNCHECKED, BatchResult
 from .dupefilter import RFPDupeFilter
+from .exceptions import ClientFailure
 from .options import BatchOptions
 
 if TYPE_CHECKING:
@@ -235,13 +237,18 @@ class BatchDedupMiddleware:
         from twisted.internet import reactor  # the one Scrapy installed
 
         batch = df.prepare_batch(requests)
-        if all(batch.known):  # every one known recorded by the local cache: no round trip
-            result = df.check_batch(batch)
-        else:
-            deferred = deferToThreadPool(
-                reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
-            )
-            result = await maybe_deferred_to_future(deferred)
+        try:
+            if all(batch.known):  # every one known recorded by the local cache: no round trip
+                result = df.check_batch(batch)
+            else:
+                deferred = deferToThreadPool(
+                    reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
+                )
+                result = await maybe_deferred_to_future(deferred)
+        except Exception as exc:  # (check_batch handles what Redis and its client raise)
+            # Some of its calls may have recorded fingerprints: letting every request
+            # through (perhaps crawled twice) is safe, passing them on unadmitted is not.
+            result = BatchResult([UNCHECKED] * len(requests), error=ClientFailure(exc))
         return Checked(df.account(batch, result, spider), result.failure)
 
     def _threads(self) -> ThreadPool:

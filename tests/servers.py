@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,6 +149,9 @@ class Site:
         self.linker = linker
         self.hits = 0
         self.served: set[int] = set()  # the pages served at least once
+        self.downloads: Counter[int] = Counter()  # how often each page was served
+        #: Called with the page number before each page is served (in a server thread).
+        self.on_hit: Callable[[int], None] | None = None
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -160,8 +164,11 @@ class Site:
                 if n >= site.pages:
                     self.send_error(404)
                     return
+                if site.on_hit is not None:
+                    site.on_hit(n)
                 site.hits += 1
                 site.served.add(n)
+                site.downloads[n] += 1
                 body = "".join(
                     f'<a href="/page/{m}">page {m}</a>\n'
                     for m in site.linker(n, site.pages, site.links)

@@ -1,0 +1,98 @@
+"""Resharding a Redis Cluster while a crawl runs loses no page.
+
+A tree site (every page has one inbound link: a request lost is a page lost) is crawled
+on a three-master cluster of the test's own while slots that hold the filter's keys
+move: the first three onto a master added mid-crawl (its clients have not discovered
+it: ASK redirections to an unknown node), the next three between existing masters; each
+slot key by key, so the crawl meets slots split between two nodes (TRYAGAIN for a
+script whose keys are on both). The untouched crawl downloads every page once; so must
+this one (a page may be downloaded twice after a failure, never lost)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_dedup_suite.embedded import EmbeddedCluster
+
+from .conftest import ROWS
+from .helpers import SETTINGS_ROWS, crawl
+from .reshard import Reshard, owner, slots_of
+from .servers import Site, module_args, redis_server_binary, tree_links
+
+PAGES, LINKS = 600, 5
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture
+def cluster() -> Any:
+    c = EmbeddedCluster(3, binary=redis_server_binary(), extra_args=module_args()).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def tree() -> Any:
+    site = Site(pages=PAGES, links=LINKS, linker=tree_links).start()
+    yield site
+    site.stop()
+
+
+def plan_for(key_pattern: str) -> Any:
+    """Three slots of the filter onto a new master, the next three between masters."""
+
+    def plan(cluster: EmbeddedCluster) -> list[tuple[int, Any]]:
+        slots = slots_of(cluster, key_pattern)
+        assert slots, f"no key matches {key_pattern!r} yet"
+        moves: list[tuple[int, Any]] = [(slot, "new") for slot in slots[:3]]
+        for slot in slots[3:6]:
+            source = owner(cluster, slot)
+            others = [n for n in cluster.nodes[:3] if n is not source]
+            moves.append((slot, others[0]))
+        return moves
+
+    return plan
+
+
+def reshard_crawl(
+    tmp_path: Path, tree: Site, cluster: EmbeddedCluster, row: str, batched: bool
+) -> tuple[Reshard, dict]:
+    reshard = Reshard(cluster, plan_for("*site:dupefilter*"), after=20)
+    tree.on_hit = lambda page: reshard.step()
+    settings: dict[str, Any] = {
+        "REDIS_URL": cluster.url,
+        "DEDUP_REDIS_CLUSTER": True,
+        **SETTINGS_ROWS[row],
+        "DEDUP_BLOOM_CAPACITY": 100_000,
+        "DEDUP_HASH_SHARDS": 4,
+        "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
+    }
+    if batched:
+        settings["SPIDER_MIDDLEWARES"] = {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}
+    result = crawl(tmp_path, tree, settings)
+    if reshard.error is not None:
+        raise reshard.error
+    return reshard, result
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["per-request", "batched"])
+@pytest.mark.parametrize("row", ROWS)
+def test_resharding_during_a_crawl_loses_no_page(tmp_path, tree, cluster, row, batched):
+    reshard, result = reshard_crawl(tmp_path, tree, cluster, row, batched)
+    # The resharding happened during the crawl, all of it: slots moved to the new
+    # master and between the old ones, keys moved one by one.
+    assert reshard.done, f"the crawl ended before the resharding did ({reshard.calls} pages)"
+    assert len(cluster.nodes) == 4
+    targets = {to for _, _, to in reshard.moved}
+    assert cluster.nodes[3].port in targets, reshard.moved
+    if len(reshard.moved) > 3:
+        assert targets - {cluster.nodes[3].port}, reshard.moved
+    assert reshard.keys_moved > 0
+    # The same pages as the untouched crawl: every page, none more than twice.
+    missing = sorted(set(range(PAGES)) - set(tree.downloads))
+    assert not missing, f"{len(missing)} page(s) lost: {missing[:20]}\n{result['log'][-3000:]}"
+    assert max(tree.downloads.values()) <= 2, tree.downloads.most_common(3)
+    assert "Traceback" not in result["log"], result["log"][-3000:]
