@@ -14,7 +14,7 @@ def other_filters_warning(
     """When the ``chosen`` filter at ``key`` holds nothing: if another backend holds
     this spider's fingerprints (``others``: backend -> key), what the crawl would lose
     (every page they recorded is fetched again) and how to keep them; else None."""
-    found = find_other_filters(server, others)
+    found = find_other_filters(server, others, chosen)
     if not found:
         return None
     advice = []

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from .backends.calls import FailedCall
 from .connection import failure_text
 from .exceptions import DedupBackendError
-from .failures import ErrorPolicy, as_failure, is_transient, translate
+from .failures import ErrorPolicy, as_failure, code_of, is_transient, translate
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.statscollectors import StatsCollector
 
     from .backends.base import DedupBackend
-    from .local_cache import KnownFingerprints
+    from .local_cache import KnownFingerprints, Unrecorded
 
 #: What a batch found for each fingerprint (:attr:`BatchResult.outcomes`).
 SEEN = "seen"  # a duplicate: dropped
@@ -60,6 +60,7 @@ class BatchResult:
     error: Exception | None = None
     refused: Exception | None = None
     failure: Exception | None = None
+    read_only: int = 0  # SEEN by a read-only check after a write was refused (full memory)
 
     @property
     def seen(self) -> list[bool]:
@@ -114,7 +115,9 @@ def check(
     result = BatchResult([NEW] * count)
     failed = policy.failed_while_closing
     if failed is not None and policy.closing():
-        return _give_up(backend, policy, result, range(count), failed)  # no call, no wait
+        return _give_up(
+            backend, policy, result, range(count), failed, fingerprints
+        )  # no call, no wait
     try:
         if not backend.opened:  # after clear(), say: opened again under the policy
             backend.open()
@@ -155,7 +158,7 @@ def check(
         return result
     if policy.closing():
         policy.failed_while_closing = error
-    return _give_up(backend, policy, result, retry, error)
+    return _give_up(backend, policy, result, retry, error, fingerprints)
 
 
 def _give_up(
@@ -164,6 +167,7 @@ def _give_up(
     result: BatchResult,
     indices: Iterable[int],
     error: Exception,
+    fingerprints: Sequence[str],
 ) -> BatchResult:
     """Fingerprints Redis could not check: let through or failed (DEDUP_ON_ERROR)."""
     indices = list(indices)
@@ -178,9 +182,26 @@ def _give_up(
     else:
         result.error = error
         outcome = UNCHECKED
+        if code_of(error) == "OOM":  # full memory refuses writes; reads still answer
+            indices = _unseen(backend, result, indices, fingerprints)
     for i in indices:
         result.outcomes[i] = outcome
     return result
+
+
+def _unseen(
+    backend: DedupBackend, result: BatchResult, indices: list[int], fingerprints: Sequence[str]
+) -> list[int]:
+    """Of ``indices``, those a read-only check does not find (the others: SEEN)."""
+    try:
+        found = backend.contains_many([fingerprints[i] for i in indices])
+    except Exception:  # (reads fail too: every one is let through once)
+        return indices
+    for i, seen in zip(indices, found):
+        if seen:
+            result.outcomes[i] = SEEN
+            result.read_only += 1
+    return [i for i, seen in zip(indices, found) if not seen]
 
 
 def check_batch(
@@ -218,6 +239,8 @@ def count_stats(
     stats.inc_value("dedup/batched", len(batch.requests))
     if result.retries:
         stats.inc_value("dedup/retries", result.retries)
+    if result.read_only:
+        stats.inc_value("dedup/read_only_filtered", result.read_only)
     failed = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
     if failed:
         stats.inc_value("dedup/errors", failed)
@@ -253,16 +276,29 @@ def sort_out(
     result: BatchResult,
     known: KnownFingerprints | None,
     admitted: Admitted,
+    unrecorded: Unrecorded | None = None,
 ) -> tuple[list[Request], list[Request], int]:
     """Admit a batch's new requests and learn what it found: returns the requests to
     pass on (the new ones, and the DEFERRED ones that the scheduler checks one by one),
-    the duplicates, and how many of those the local cache answered."""
+    the duplicates, and how many of those the local cache answered. An UNCHECKED
+    request this process let through unrecorded before is a duplicate; one it let
+    through and Redis now says is new was crawled already (``unrecorded``)."""
     passed: list[Any] = []
     duplicates: list[Any] = []
     cached = 0
     for request, fp, outcome, was_known in zip(
         batch.requests, batch.fingerprints, result.outcomes, batch.known
     ):
+        if unrecorded:  # (empty unless Redis failed: then each such page passes once)
+            if outcome == UNCHECKED:
+                if fp in unrecorded:
+                    outcome = SEEN
+                    unrecorded.let_through_again += 1
+                unrecorded.add(fp)
+            elif outcome == NEW and unrecorded.discard(fp):
+                outcome = SEEN
+        elif outcome == UNCHECKED and unrecorded is not None:
+            unrecorded.add(fp)
         if outcome == SEEN:
             cached += was_known
             if known is not None:

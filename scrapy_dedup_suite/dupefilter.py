@@ -43,10 +43,10 @@ from .connection import (
     unreachable,
     without_retries,
 )
-from .exceptions import DedupBackendError, DedupConfigError
-from .failures import ErrorPolicy, as_failure, is_transient, translate
+from .exceptions import DedupBackendError, DedupConfigError, InvalidFingerprintError
+from .failures import ErrorPolicy, as_failure, code_of, is_transient, translate
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
-from .local_cache import KnownFingerprints
+from .local_cache import KnownFingerprints, Unrecorded
 from .options import DupefilterOptions
 from .settings_table import check, default
 
@@ -133,6 +133,14 @@ class RFPDupeFilter(BaseDupeFilter):
         #: What batches (BatchDedupMiddleware) recorded as new and let through:
         #: request_seen answers "new" for them without a round trip.
         self.admitted = batch.Admitted()
+        #: What this process let through while Redis could not record it: each once.
+        self.unrecorded = Unrecorded()
+        #: The settings the backend was built from (to open it again after a conversion)
+        #: and the crawler (to stop the crawl under DEDUP_ON_ERROR='raise').
+        self.settings = settings
+        self.crawler: Crawler | None = None
+        self._said: set[str] = set()  # refusals logged (each said once)
+        self._stopping = False
         self.known: KnownFingerprints | None = None
         local_cache = check("DEDUP_LOCAL_CACHE", local_cache)
         if local_cache and backend.capabilities.stable_answers:
@@ -212,6 +220,7 @@ class RFPDupeFilter(BaseDupeFilter):
             local_cache=options.local_cache,
             settings=settings,
         )
+        df.crawler = crawler
         if spider_name:
             df.others = other_filters(settings, spider_name, backend.name)
             df.spider_name = spider_name
@@ -325,8 +334,10 @@ class RFPDupeFilter(BaseDupeFilter):
         except Exception as exc:  # whatever the client raised: the error policy decides
             failure = as_failure(exc)
             if not is_transient(failure):
-                raise translate(failure, backend, fp) from exc
+                return self._refused(request, fp, expire, failure)
             return self._after_failure(request, fp, expire, failure)
+        if not seen and self.unrecorded and self.unrecorded.discard(fp):
+            seen = True  # let through unrecorded before: crawled already, recorded now
         if known is not None:
             known.add(fp)
         if seen:
@@ -403,7 +414,13 @@ class RFPDupeFilter(BaseDupeFilter):
         tally = Counter(result.outcomes)
         batch.count_stats(self.stats, requests, result, tally)
         batch.warn(self.logger, result, tally)
-        passed, duplicates, cached = batch.sort_out(requests, result, self.known, self.admitted)
+        unrecorded = self.unrecorded
+        passed, duplicates, cached = batch.sort_out(
+            requests, result, self.known, self.admitted, unrecorded
+        )
+        if unrecorded.let_through_again and self.stats is not None:
+            self.stats.inc_value("dedup/unrecorded_filtered", unrecorded.let_through_again)
+        unrecorded.let_through_again = 0
         if spider is not None:
             for request in duplicates:
                 self.log(request, spider)
@@ -431,20 +448,147 @@ class RFPDupeFilter(BaseDupeFilter):
             if self.stats is not None:
                 self.stats.inc_value("dedup/ambiguous" if seen else "dedup/added")
             return False
-        if self.stats is not None:
-            self.stats.inc_value("dedup/errors")
-        if self.policy.raises:
-            raise DedupBackendError(
+        if code_of(exc) == "OOM" and self._recorded_before(fp):
+            return True  # full memory refuses writes; reads still answer duplicates
+        return self._let_through(
+            request,
+            fp,
+            DedupBackendError(
                 f"Redis failed while checking {request!r} against the {backend.name} "
                 f"dupefilter at {backend.key!r}, also after {self.retries} retries: "
                 f"{failure_text(exc)}"
-            ) from exc
+            ),
+            exc,
+        )
+
+    def _recorded_before(self, fp: str) -> bool:
+        """Whether a read-only check finds ``fp`` (a call that could not write, on a
+        server out of memory): then the request is a duplicate, filtered."""
+        try:
+            found = self.backend.contains(fp)
+        except Exception:  # (reads fail too: the request is let through once)
+            return False
+        if found:
+            self._count_filtered()
+            if self.stats is not None:
+                self.stats.inc_value("dedup/read_only_filtered")
+        return found
+
+    def _refused(self, request: Request, fp: str, expire: Any, failure: Exception) -> bool:
+        """Redis refused the call: the filter is damaged (a key of another type), changed
+        under this worker (a conversion's stamp) or refused the fingerprint. A filter whose
+        stamps were switched by a conversion is opened again as its record now says, and
+        the call made there; anything else follows the error policy, the request never
+        dropped."""
+        backend = self.backend
+        error = translate(failure, backend, fp)
+        if isinstance(error, InvalidFingerprintError):
+            raise error from failure  # every request would be refused: the fingerprinter
+        if code_of(failure) == "dedup:STAMP" and self._reopen():
+            try:
+                return self.request_seen_now(fp, expire)
+            except Exception as exc:
+                failure = as_failure(exc)
+                error = translate(failure, self.backend, fp)
+        return self._let_through(request, fp, error, failure, refused=True)
+
+    def request_seen_now(self, fp: str, expire: Any) -> bool:
+        """One check-and-add of ``fp`` on the backend, counted as request_seen counts."""
+        seen = self.backend.check_and_add(fp, expire)
+        if seen:
+            self._count_filtered()
+        elif self.stats is not None:
+            self.stats.inc_value("dedup/added")
+        return seen
+
+    def _reopen(self) -> bool:
+        """Build the backend again from the settings and what the filter's record says
+        now (a conversion switched its layout under this worker): whether it changed."""
+        old = self.backend
+        if self.settings is None:
+            return False
+        try:
+            new = build_backend(self.settings, self.spider_name, server=old.server, key=old.key)
+            new.open()
+        except Exception as exc:
+            self.logger.error(
+                "The %s filter at %r refused this worker's layout, and opening it again failed: %s",
+                old.name,
+                old.key,
+                failure_text(exc),
+            )
+            return False
+        if type(new) is type(old):
+            return False
+        new.server = without_retries(new.server)
+        self.backend = new
+        self.logger.warning(
+            "The filter at %r was converted under this worker (its stamps say another layout): "
+            "reopened it as %s and went on; other workers do the same on their next request",
+            old.key,
+            type(new).__name__,
+        )
+        if self.stats is not None:
+            self.stats.inc_value("dedup/reopened")
+        return True
+
+    def _let_through(
+        self, request: Request, fp: str, error: Exception, cause: Exception, refused: bool = False
+    ) -> bool:
+        """Redis could not record ``fp``. DEDUP_ON_ERROR='raise': the crawl stops (its
+        requests kept where the scheduler keeps them) or, without a running crawl,
+        ``error`` is raised. 'allow': the request is let through, once: this process
+        answers "seen" for it from then on (:class:`Unrecorded`), so no page is crawled
+        at every link to it while Redis fails."""
+        if self.stats is not None:
+            self.stats.inc_value("dedup/errors")
+        if self.policy.raises:
+            if not self._stop_crawl(error):
+                raise error from cause
+            return False
+        unrecorded = self.unrecorded
+        if fp in unrecorded:
+            self._count_filtered()
+            if self.stats is not None:
+                self.stats.inc_value("dedup/unrecorded_filtered")
+            return True
+        unrecorded.add(fp)
+        if refused:
+            said = str(error)
+            if said not in self._said:
+                self._said.add(said)
+                self.logger.error(
+                    "%s. Requests this call refuses are let through (DEDUP_ON_ERROR='allow'), "
+                    "each once, and counted in dedup/errors",
+                    said.rstrip("."),
+                )
+            return False
         self.logger.warning(
             "Redis failed while checking %(request)s (%(error)s); letting it through "
             "(DEDUP_ON_ERROR='allow'), it may be crawled twice",
-            {"request": request, "error": failure_text(exc)},
+            {"request": request, "error": failure_text(cause)},
         )
         return False
+
+    def _stop_crawl(self, error: Exception) -> bool:
+        """DEDUP_ON_ERROR='raise' in a running crawl: say ``error`` and close the spider
+        (reason ``dedup_error``). Whether a crawl was there to stop."""
+        try:  # (a crawler not crawling yet says so with a RuntimeError)
+            engine = self.crawler.engine if self.crawler is not None else None
+            spider = self.crawler.spider if self.crawler is not None else None
+        except RuntimeError:
+            return False
+        if engine is None or spider is None or not engine.running:
+            return False
+        if not self._stopping:
+            self._stopping = True
+            self.logger.error(
+                "%s. Stopping the crawl (DEDUP_ON_ERROR='raise'): requests already "
+                "scheduled stay in the scheduler's queue",
+                str(error).rstrip("."),
+            )
+            engine.close_spider(spider, "dedup_error")
+        return True
 
     def log(self, request: Request, spider: Spider) -> None:
         if self.debug:

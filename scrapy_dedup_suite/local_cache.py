@@ -32,3 +32,27 @@ class KnownFingerprints:
 
     def clear(self) -> None:
         self._fps.clear()
+
+
+#: The most fingerprints :class:`Unrecorded` remembers (about 150 bytes each).
+UNRECORDED_LIMIT = 100_000
+
+
+class Unrecorded(KnownFingerprints):
+    """Fingerprints this process let through while Redis could not record them (a
+    failure under DEDUP_ON_ERROR='allow', full memory, a damaged key): a later request
+    for one is answered "seen" without Redis, and when Redis records it again, so each
+    such page is crawled at most once more by this process, not at every link to it,
+    however long Redis fails. Bounded (least recently seen dropped first)."""
+
+    def __init__(self, size: int = UNRECORDED_LIMIT) -> None:
+        super().__init__(size)
+        #: Requests of a batch answered "seen" here (the dupefilter counts them).
+        self.let_through_again = 0
+
+    def discard(self, fp: str) -> bool:
+        """Forget ``fp``; whether it was remembered."""
+        if fp in self._fps:
+            del self._fps[fp]
+            return True
+        return False

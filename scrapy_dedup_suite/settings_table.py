@@ -343,9 +343,10 @@ TABLE: tuple[Setting, ...] = (
         "allow",
         OneOf(ON_ERROR),
         "when a dedup call fails (Redis unreachable, timeout, full memory, busy script, "
-        'cluster down or resharding, read-only): `"allow"` lets the request through at once '
-        '(crawled, counted in `dedup/errors`; no request is lost), `"raise"` retries at once, '
-        'then raises `DedupBackendError` (see "What can go wrong")',
+        'cluster down, read-only, a key damaged mid-crawl): `"allow"` lets the request '
+        "through at once, each page once (crawled, counted in `dedup/errors`; no request is "
+        'lost), `"raise"` retries at once, then stops the crawl (reason `dedup_error`; '
+        'outside a crawl it raises `DedupBackendError`; see "What can go wrong")',
     ),
     Setting(
         "DEDUP_SOCKET_TIMEOUT",

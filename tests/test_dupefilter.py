@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import redis
@@ -259,12 +260,30 @@ def test_wrong_type_fails_at_start_under_scrapy_redis(redis_server, server):
     assert server.smembers("{myspider:bloomfilter:0}") == {b"fp"}
 
 
-def test_wrong_type_during_crawl_names_the_key(redis_server, server):
+def test_wrong_type_during_crawl_names_the_key_and_lets_each_request_through_once(
+    redis_server, server, caplog
+):
+    """A key damaged mid-crawl: one ERROR naming it, and (DEDUP_ON_ERROR='allow') each
+    request it refuses passes once, never dropped and never at every link to it."""
     df = make(redis_server, DEDUP_BACKEND="bloom", DEDUP_BLOOM_CAPACITY=1000)
+    strict = make(redis_server, DEDUP_BACKEND="bloom", DEDUP_BLOOM_CAPACITY=1000)
+    strict.policy.on_error = "raise"
     server.delete("{myspider:bloomfilter:0}")
     server.rpush("{myspider:bloomfilter:0}", "x")
+    caplog.set_level(logging.ERROR)
+    first, second = requests(2)
+    assert df.request_seen(first) is False
+    assert df.request_seen(second) is False
+    assert [df.request_seen(r) for r in (first, second, first)] == [True] * 3
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert re.search(r"\{myspider:bloomfilter:0\}.*holds a list", errors[0])
+    assert df.stats.get_value("dedup/errors") == 5
+    assert df.stats.get_value("dedup/unrecorded_filtered") == 3
+    assert server.type("{myspider:bloomfilter:0}") == b"list"  # nothing deleted
+    # Without a crawl to stop, DEDUP_ON_ERROR='raise' raises the error naming the key.
     with pytest.raises(WrongKeyTypeError, match=r"\{myspider:bloomfilter:0\}.*holds a list"):
-        df.request_seen(requests(1)[0])
+        strict.request_seen(requests(1)[0])
 
 
 def unreachable(**settings) -> RFPDupeFilter:
@@ -324,3 +343,14 @@ def test_a_crawl_longer_than_the_expiry_is_warned_of_once(redis_server, server, 
         df.request_seen(requests(3)[2])
         df.request_seen(requests(4)[3])
     assert caplog.text.count("This crawl has run longer than DEDUP_EXPIRE (60 s)") == 1
+
+
+def test_a_filter_is_not_warned_about_as_another_when_every_backend_shares_its_key(
+    redis_server, server, caplog
+):
+    """SCHEDULER_DUPEFILTER_KEY without the backend in it gives every backend one key: a
+    new filter's own record there is not "this spider's fingerprints elsewhere"."""
+    caplog.set_level(logging.WARNING)
+    shared = {"SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter"}
+    make(redis_server, DEDUP_BACKEND="compact", **shared)
+    assert "holds nothing yet" not in caplog.text

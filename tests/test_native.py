@@ -8,6 +8,9 @@ full NONSCALING filter, bucket expiry, and servers without the module.
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 from scrapy import Request
 from scrapy.settings import Settings
@@ -174,22 +177,30 @@ def test_a_full_nonscaling_filter_raises_and_never_answers_seen(native):
     assert sum(answers) <= 5
 
 
-def test_the_dupefilter_explains_a_full_filter(native, redis_settings):
-    settings = Settings(
-        {
-            **redis_settings,
-            "DEDUP_BACKEND": "native-bloom",
-            "DEDUP_BLOOM_CAPACITY": 10,
-            "DEDUP_BLOOM_ERROR_RATE": 0.01,
-        }
-    )
-    df = RFPDupeFilter.from_settings(settings)
+def test_the_dupefilter_explains_a_full_filter(native, redis_settings, caplog):
+    """A full non-scaling server filter refuses new fingerprints: said in one ERROR;
+    under "allow" each refused request passes once (never dropped), under "raise"
+    (outside a crawl) the refusal is raised."""
+    settings = {
+        **redis_settings,
+        "DEDUP_BACKEND": "native-bloom",
+        "DEDUP_BLOOM_CAPACITY": 10,
+        "DEDUP_BLOOM_ERROR_RATE": 0.01,
+    }
+    df = RFPDupeFilter.from_settings(Settings(settings))
     df.open()
-    answers = []
+    caplog.set_level(logging.ERROR)
+    asked = [Request(f"http://example.com/{i}") for i in range(100)]
+    answers = [df.request_seen(r) for r in asked]
+    assert sum(answers) <= 1  # (one false positive at most before it filled)
+    assert [df.request_seen(r) for r in asked] == [True] * 100  # each passed once
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and re.search(r"native-bloom.*non scaling filter is full", errors[0])
+    strict = RFPDupeFilter.from_settings(Settings({**settings, "DEDUP_ON_ERROR": "raise"}))
+    strict.key = df.key
+    strict.open()
     with pytest.raises(DedupBackendError, match=r"native-bloom.*non scaling filter is full"):
-        for i in range(100):
-            answers.append(df.request_seen(Request(f"http://example.com/{i}")))
-    assert 9 <= len(answers) < 100 and sum(answers) <= 1
+        strict.request_seen(Request("http://example.com/new"))
 
 
 def test_windowed_buckets_carry_their_expiry_and_get_it_back(native):

@@ -415,7 +415,8 @@ def test_an_acl_refusal_inside_a_script_names_the_command(redis_server, server):
         opener = {"REDIS_URL": redis_server.url, "DEDUP_REDIS_CLUSTER": False}
         dupefilter(opener, "bloom")  # created by a user who may write bits
         url = redis_server.url.replace("redis://", "redis://crawler:pw@")
-        df = dupefilter({"REDIS_URL": url, "DEDUP_REDIS_CLUSTER": False}, "bloom")
+        where = {"REDIS_URL": url, "DEDUP_REDIS_CLUSTER": False}
+        df = dupefilter(where, "bloom", DEDUP_ON_ERROR="raise")  # no crawl to stop: raised
         with pytest.raises(DedupBackendError, match=r"the command is SETBIT, in filter_add\.lua"):
             df.request_seen(Request("http://acl.test/"))
     finally:

@@ -105,9 +105,13 @@ def other_filters(settings: BaseSettings, spider_name: str, chosen: str) -> dict
     }
 
 
-def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, str, str]]:
+def find_other_filters(
+    server: Any, others: dict[str, str], chosen: str = ""
+) -> list[tuple[str, str, str]]:
     """Which of ``others`` hold data: (backend, key, description) for a scrapy-redis
-    set, or a filter's parameter record, found there."""
+    set, or a filter's parameter record, found there. A record of the ``chosen``
+    backend is this filter's own (SCHEDULER_DUPEFILTER_KEY without the backend in it
+    gives every backend one key), not another filter."""
     found = []
     for name, key in others.items():
         if name == MIGRATION_SOURCE:
@@ -119,7 +123,7 @@ def find_other_filters(server: Any, others: dict[str, str]) -> list[tuple[str, s
             recorded = (
                 server.hget(record, "backend") if as_str(server.type(record)) == "hash" else None
             )
-            if recorded is not None:
+            if recorded is not None and as_str(recorded) != chosen:
                 found.append(
                     (name, key, f"{record} records a {as_str(recorded)} filter at {key!r}")
                 )

@@ -1,0 +1,221 @@
+"""What an operator or a fault does to the filter mid-crawl loses no page and storms no
+site: a key damaged under the crawl, a server out of memory.
+
+Each is a real crawl compared with the untouched crawl: on a tree site (every page has
+one inbound link) the untouched crawl downloads every page once, and so must these,
+none more than twice; on a site whose pages link to each other many times, a page let
+through because Redis could not record it is downloaded once more at the most, not at
+every link to it."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from scrapy.settings import Settings
+from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
+
+from scrapy_dedup_suite.backends import HashBackend, build_backend
+from scrapy_dedup_suite.backends.hash import stored_layout
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.options import HashOptions
+
+from .helpers import SETTINGS_ROWS, crawl
+from .servers import RedisServer, Site, redis_server_binary, site_links, tree_links
+
+PATHS = [pytest.param(False, id="per-request"), pytest.param(True, id="batched")]
+BATCHED = {"SPIDER_MIDDLEWARES": {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_server() -> Any:
+    """A server of the test's own: these tests change its memory limit."""
+    s = RedisServer(redis_server_binary()).start()
+    yield s
+    s.stop()
+
+
+def settings(url: str, row: str, batched: bool, **extra: Any) -> dict[str, Any]:
+    return {
+        "REDIS_URL": url,
+        **SETTINGS_ROWS[row],
+        "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
+        "DEDUP_BLOOM_CAPACITY": 100_000,
+        **(BATCHED if batched else {}),
+        **extra,
+    }
+
+
+class AtPage:
+    """Runs ``action`` once, when the site serves its ``n``-th page (in a server thread)."""
+
+    def __init__(self, n: int, action: Any) -> None:
+        self.n = n
+        self.action = action
+        self.served = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, page: int) -> None:
+        with self._lock:
+            self.served += 1
+            if self.served != self.n:
+                return
+            try:
+                self.action()
+            except BaseException as exc:  # seen by the test
+                self.error = exc
+            self.done.set()
+
+
+def run(tmp_path: Path, site: Site, hooks: list[AtPage], crawl_settings: dict) -> dict:
+    def on_hit(page: int) -> None:
+        for hook in hooks:
+            hook(page)
+
+    site.on_hit = on_hit
+    try:
+        result = crawl(tmp_path, site, crawl_settings)
+    finally:
+        site.stop()
+    for hook in hooks:
+        assert hook.done.is_set(), f"the crawl ended before page {hook.n} was served"
+        if hook.error is not None:
+            raise hook.error
+    assert "Traceback" not in result["log"], result["log"][-3000:]
+    return result
+
+
+@pytest.mark.parametrize("batched", PATHS)
+def test_a_bucket_damaged_mid_crawl_loses_no_page(tmp_path, own_server, batched):
+    """A compact bucket replaced by a list while the crawl runs: one ERROR naming it,
+    every page downloaded (each request it refuses let through), none more than twice,
+    and the key left as it was found."""
+    client = redis.Redis(port=own_server.port)
+    damaged: list[bytes] = []
+
+    def damage() -> None:
+        keys = [  # the buckets, {site:dupefilter:<group>}:<bucket>, not the stamps
+            k for k in client.scan_iter(match="{site:dupefilter:*") if not k.endswith(b":meta")
+        ]
+        key = max(keys, key=client.hlen)  # the bucket most requests have met so far
+        client.delete(key)
+        client.rpush(key, "not a bucket")
+        damaged.append(key)
+
+    tree = Site(pages=600, links=5, linker=tree_links).start()
+    result = run(tmp_path, tree, [AtPage(40, damage)], settings(own_server.url, "compact", batched))
+    missing = sorted(set(range(tree.pages)) - set(tree.downloads))
+    assert not missing, f"{len(missing)} page(s) lost: {missing[:20]}\n{result['log'][-3000:]}"
+    assert max(tree.downloads.values()) <= 2, tree.downloads.most_common(3)
+    errors = [line for line in result["log"].splitlines() if "] ERROR:" in line]
+    assert len(errors) == 1, errors
+    assert damaged[0].decode() in errors[0] and "holds a list" in errors[0], errors[0]
+    assert result["stats"]["dedup/errors"] > 0
+    assert client.type(damaged[0]) == b"list"  # a key of the wrong type is never deleted
+
+
+@pytest.mark.parametrize("batched", PATHS)
+@pytest.mark.parametrize("row", ["compact", "bloom"])
+def test_full_memory_mid_crawl_storms_no_page(tmp_path, own_server, row, batched):
+    """Redis out of memory (noeviction) for part of a crawl of a site whose pages link
+    to each other many times: duplicates recorded before are still filtered (reads
+    work), a page Redis cannot record is let through once, and every page is
+    downloaded, none more than twice; the untouched crawl downloads each once."""
+    client = redis.Redis(port=own_server.port)
+    client.config_set("maxmemory-policy", "noeviction")
+
+    def full() -> None:
+        client.config_set("maxmemory", 1)
+
+    def back() -> None:
+        client.config_set("maxmemory", 0)
+
+    site = Site(pages=300, links=10, linker=site_links).start()
+    try:
+        result = run(
+            tmp_path,
+            site,
+            [AtPage(20, full), AtPage(150, back)],
+            settings(own_server.url, row, batched),
+        )
+    finally:
+        back()
+    assert set(site.downloads) == set(range(site.pages))
+    assert max(site.downloads.values()) <= 2, site.downloads.most_common(5)
+    stats = result["stats"]
+    assert stats["dedup/errors"] > 0  # the outage happened, and was counted
+    if row == "compact":  # (bloom's add script answers a duplicate without writing)
+        dedup = {k: v for k, v in stats.items() if k.startswith("dedup/")}
+        assert stats.get("dedup/read_only_filtered", 0) > 0, dedup
+
+
+@pytest.mark.parametrize("batched", PATHS)
+def test_converting_a_hash_filter_under_a_live_crawl_loses_no_page(tmp_path, own_server, batched):
+    """convert-hash-layout run while a crawler records into the filter's layout 1: the
+    worker, refused by the switched stamps, opens the filter again in buckets, says so,
+    and goes on; every page is downloaded, none more than twice, and what it recorded
+    after the conversion is in the buckets."""
+    key = "site:h"
+    hash_settings = {
+        "DEDUP_BACKEND": "hash",
+        "DEDUP_COMPACT_CAPACITY": 20_000,
+        "DEDUP_HASH_SHARDS": 4,
+        "SCHEDULER_DUPEFILTER_KEY": key,
+    }
+    client = redis.Redis(port=own_server.port)
+    HashBackend(client, key, shards=4).open()  # a filter made before the buckets
+
+    def convert() -> None:
+        HashLayoutConversion(client, key, HashOptions.from_settings(Settings(hash_settings))).run()
+
+    tree = Site(pages=600, links=5, linker=tree_links).start()
+    result = run(
+        tmp_path,
+        tree,
+        [AtPage(60, convert)],
+        {**settings(own_server.url, "hash", batched), **hash_settings},
+    )
+    missing = sorted(set(range(tree.pages)) - set(tree.downloads))
+    assert not missing, f"{len(missing)} page(s) lost: {missing[:20]}\n{result['log'][-3000:]}"
+    assert max(tree.downloads.values()) <= 2, tree.downloads.most_common(3)
+    assert result["stats"]["dedup/reopened"] == 1
+    reopened = [line for line in result["log"].splitlines() if "converted under" in line]
+    assert len(reopened) == 1 and "HashBucketsBackend" in reopened[0], reopened
+    assert stored_layout(client, key, 4) == "buckets"
+    buckets = build_backend(Settings(hash_settings), "site", server=client, key=key)
+    assert isinstance(buckets, HashBucketsBackend)
+    buckets.open()
+    # Every page's request was recorded in the shards (then copied) or in the buckets.
+    assert buckets.count() >= tree.pages - 60
+
+
+def test_a_bucket_damaged_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_server):
+    """DEDUP_ON_ERROR='raise': the crawl stops with one ERROR naming the key (close
+    reason dedup_error), no traceback, the request kept for the scheduler."""
+    client = redis.Redis(port=own_server.port)
+
+    def damage() -> None:
+        for key in client.scan_iter(match="{site:dupefilter:*"):
+            if not key.endswith(b":meta"):
+                client.delete(key)
+                client.rpush(key, "not a bucket")
+
+    tree = Site(pages=600, links=5, linker=tree_links).start()
+    result = run(
+        tmp_path,
+        tree,
+        [AtPage(40, damage)],
+        settings(own_server.url, "compact", False, DEDUP_ON_ERROR="raise"),
+    )
+    assert result["stats"]["finish_reason"] == "dedup_error"
+    errors = [line for line in result["log"].splitlines() if "] ERROR:" in line]
+    assert len(errors) == 1, errors
+    assert "holds a list" in errors[0] and "Stopping the crawl" in errors[0], errors[0]
+    assert len(tree.downloads) < tree.pages  # stopped, not run to the end
