@@ -1,5 +1,5 @@
 """The compact backend's own promises: buckets sized from the server's listpack limit
-and kept in the compact encoding, one HSETNX a request, a warning when a filter
+and kept in the compact encoding, one call a request that writes its stamp, a warning when a filter
 outgrows its capacity, a stored bucket count that settings and servers cannot change
 silently, wrong-typed buckets refused. The shared behaviour (answers, batches, races,
 clear(), crawls) is the ``compact`` row of the backend table (conftest.py)."""
@@ -15,6 +15,7 @@ import redis
 
 from scrapy_dedup_suite.backends import CompactBackend
 from scrapy_dedup_suite.backends.compact import bucket_count, listpack_limits
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.connection import masters
 from scrapy_dedup_suite.exceptions import FilterMismatchError, WrongKeyTypeError
 from scrapy_dedup_suite.failures import translate
@@ -124,10 +125,14 @@ CONNECTION_COMMANDS = tuple(
 )
 
 
-def test_a_request_is_one_hsetnx(server):
+def test_a_request_is_one_call_that_writes_its_stamp(server):
+    """One round trip a request (one EVALSHA), and the bucket it writes never exists
+    without its group's stamp, as on the batch path."""
     backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
     backend.open()
     (fp,) = fingerprints(1)
+    stamp, bucket = backend.fingerprint_types(fp)
+    server.delete(stamp)  # (open wrote none for this group yet, or another worker cleared)
     for client in masters(server):
         client.config_resetstat()
     assert backend.check_and_add(fp) is False
@@ -137,7 +142,25 @@ def test_a_request_is_one_hsetnx(server):
         for name, stat in client.info("commandstats").items():
             if not name.startswith(CONNECTION_COMMANDS):
                 calls[name] = calls.get(name, 0) + int(stat["calls"])
-    assert calls == {"cmdstat_hsetnx": 2}
+    assert calls["cmdstat_evalsha"] == 2
+    assert calls["cmdstat_hsetnx"] == 1  # (inside the script, counted by the server too)
+    assert server.exists(bucket) and server.get(stamp) == backend.stamp.encode()
+
+
+def test_a_filter_written_per_request_whose_record_is_lost_is_not_opened_as_another(server):
+    """The record lost, a filter recorded request by request is known by its stamps:
+    another DEDUP_COMPACT_CAPACITY is refused (a new filter opened silently would take
+    every page for new), and the capacity it names opens what was recorded."""
+    backend = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    backend.open()
+    fps = fingerprints(200)
+    assert [backend.check_and_add(fp) for fp in fps] == [False] * 200
+    server.delete(backend.meta_key)
+    with pytest.raises(FilterMismatchError, match="DEDUP_COMPACT_CAPACITY = 20000"):
+        CompactBackend(server, "t:c", capacity=50_000, shards=4).open()
+    again = CompactBackend(server, "t:c", capacity=20_000, shards=4)
+    again.open()
+    assert again.contains_many(fps) == [True] * 200
 
 
 def test_a_bucket_of_another_type_is_named_and_never_deleted(server):
@@ -167,3 +190,34 @@ def test_a_bucket_of_another_type_is_named_and_never_deleted(server):
         backend.clear()
     assert server.lrange(bucket, 0, -1) == [b"foreign"]
     assert server.exists(backend.meta_key)
+
+
+@pytest.mark.parametrize("cls", [CompactBackend, HashBucketsBackend], ids=["compact", "hash"])
+def test_a_huge_capacity_costs_what_exists_and_is_warned_at_creation(server, cls, caplog):
+    """DEDUP_COMPACT_CAPACITY = 10**12 (3.9e9 buckets): creation says the server could
+    never hold it, with the figure; count() and clear() read the buckets that exist
+    (counted by the server's own command statistics), not every bucket there could be."""
+    with caplog.at_level(logging.WARNING):
+        backend = cls(server, "t:huge", capacity=10**12, shards=4)
+        backend.open()
+    assert backend.buckets > 10**9
+    assert "DEDUP_COMPACT_CAPACITY = 1,000,000,000,000" in caplog.text
+    assert "GiB of Redis memory at capacity" in caplog.text
+    fps = fingerprints(300)
+    backend.check_and_add_many(fps)
+    for client in masters(server):
+        client.config_resetstat()
+    assert backend.count() == 300
+    backend.clear()
+    assert backend.count() == 0
+    calls: dict[str, int] = {}
+    for client in masters(server):
+        for name, stat in client.info("commandstats").items():
+            calls[name] = calls.get(name, 0) + int(stat["calls"])
+    assert calls.get("cmdstat_hlen", 0) <= 2 * 300  # each existing bucket, twice at most
+    assert calls.get("cmdstat_type", 0) <= 2 * 300 + 100  # (and the filter's other keys)
+    # A small filter warns of nothing at creation.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        cls(server, "t:small", capacity=10_000, shards=4).open()
+    assert "at capacity" not in caplog.text

@@ -66,27 +66,50 @@ def check_server(backend: DedupBackend) -> None:
         logger.warning("%s%s.", warning[0].upper(), warning[1:])
 
 
-def check_room(backend: DedupBackend, needed: int, setting: str) -> None:
-    """Refuse to allocate ``needed`` bytes that the server cannot hold (its
-    ``maxmemory``, else its host's memory), before anything is written."""
+def room_left(backend: DedupBackend) -> tuple[int, int] | None:
+    """Bytes the server(s) can hold more (``maxmemory``, else the host's memory, less
+    what is used), and how many masters; None when a server will not say."""
     try:
         infos = [client.info("memory") for client in masters(backend.server)]
     except ResponseError:  # INFO refused (ACL)
-        return
+        return None
     room = 0
     for info in infos:
         limit = int(info.get("maxmemory", 0)) or int(info.get("total_system_memory", 0))
         if not limit:
-            return
+            return None
         room += max(0, limit - int(info.get("used_memory", 0)))
-    if needed > room:
+    return room, len(infos)
+
+
+def check_room(backend: DedupBackend, needed: int, setting: str) -> None:
+    """Refuse to allocate ``needed`` bytes that the server cannot hold (its
+    ``maxmemory``, else its host's memory), before anything is written."""
+    left = room_left(backend)
+    if left is not None and needed > left[0]:
+        room, servers = left
         raise DedupConfigError(
             f"The {backend.name} filter at {backend.key!r} needs {needed / 2**30:,.1f} GiB of "
-            f"Redis memory, and the server{'s' if len(infos) > 1 else ''} can hold "
+            f"Redis memory, and the server{'s' if servers > 1 else ''} can hold "
             f"{room / 2**30:,.1f} GiB more (maxmemory, or the host's memory). Nothing was "
             f"allocated. Lower {setting} (or use a scalable filter, which grows as needed), "
             "or give Redis more memory."
         )
+
+
+def room_warning(backend: DedupBackend, needed: int, setting: str, value: int) -> str | None:
+    """What to say when a filter that grows as it records (``needed`` bytes at the
+    capacity ``setting`` = ``value``) could never reach that capacity on its server."""
+    left = room_left(backend)
+    if left is None or needed <= left[0]:
+        return None
+    return (
+        f"the {backend.name} filter at {backend.key!r} is created for {setting} = {value:,}, "
+        f"which would take about {needed / 2**30:,.1f} GiB of Redis memory at capacity, and "
+        f"the server{'s' if left[1] > 1 else ''} can hold {left[0] / 2**30:,.1f} GiB more: "
+        f"set {setting} to the fingerprints you expect (the buckets are sized from it and it "
+        "cannot change later)"
+    )
 
 
 def check_spread(backend: DedupBackend, data_keys: Sequence[str]) -> None:

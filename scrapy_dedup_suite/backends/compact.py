@@ -19,8 +19,9 @@ fingerprints in 2**22 buckets).
 The buckets are spread over DEDUP_HASH_SHARDS groups; bucket ``b`` is in group
 ``b % shards`` and its key is ``{<key>:<group>}:<b>``, so a page's links touch at most
 ``shards`` cluster slots, and each group has a stamp in its slot (lua/stamp.lua). The
-parameter record is ``<key>:meta``. The per-request check is one HSETNX, as
-scrapy-redis's is one SADD; a batch is one script call per slot. There are too many
+parameter record is ``<key>:meta``. A request is one call of ``compact_add.lua`` (HEXISTS,
+then the stamp and HSETNX), as scrapy-redis's is one SADD; a batch is one such call per
+slot. There are too many
 buckets to list at every open: open checks the record and the stamps, and
 :meth:`CompactBackend.bucket_keys` lists the buckets for ``clear()`` and ``count()``.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,10 +46,11 @@ from ..connection import is_cluster, masters, nodes_of
 from ..options import CompactOptions
 from ..reports import CompactBuckets, Contents
 from ..settings_table import check, default
+from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
-from .keys import BATCH, META, as_str, chunks, meta_key, slot_sibling
+from .keys import BATCH, META, as_str, chunks, keys_held, meta_key, scan_keys, slot_sibling
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -131,7 +134,8 @@ class CompactBackend(DedupBackend):
 
     @property
     def add_script(self) -> scripts.LuaScript:
-        """A batch's script (a request is one HSETNX: :meth:`check_and_add`)."""
+        """The check-and-add of a request and of a batch: one call that writes the stamp
+        beside what it records (data never exists without one)."""
         return scripts.COMPACT_ADD
 
     # -- the layout --------------------------------------------------------------------
@@ -163,11 +167,34 @@ class CompactBackend(DedupBackend):
         return f"{self._prefixes[bucket % self.shards]}{bucket}"
 
     def bucket_keys(self) -> Iterator[list[str]]:
-        """Every bucket's key, in lists of up to BATCH, each within one group (slot)."""
-        for group in range(self.shards):
-            yield from chunks(
-                (self.bucket_key(b) for b in range(group, self.buckets, self.shards)), BATCH
-            )
+        """The keys of the buckets that may exist, in lists of up to BATCH, each within
+        one group (slot): every bucket by number, or, for a filter sized for more buckets
+        than its server holds keys, the buckets that exist (found by SCAN), so that
+        ``clear()`` and ``count()`` cost what exists, not what a capacity allows."""
+        if self.buckets <= keys_held(self.server):
+            for group in range(self.shards):
+                yield from chunks(
+                    (self.bucket_key(b) for b in range(group, self.buckets, self.shards)), BATCH
+                )
+            return
+        found: list[list[str]] = [[] for _ in range(self.shards)]
+        shared = os.path.commonprefix(self._prefixes)  # noqa: RUF071 - key names, not paths
+        for key in scan_keys(self.server, shared):
+            number = self.bucket_of(key)
+            if number is not None:
+                found[number % self.shards].append(key)
+        for keys in found:
+            yield from chunks(sorted(keys), BATCH)
+
+    def bucket_of(self, key: str) -> int | None:
+        """The number of the bucket at ``key``, or None if ``key`` is not one of its buckets."""
+        for prefix in self._prefixes:
+            rest = key[len(prefix) :]
+            if key.startswith(prefix) and rest.isdigit():
+                number = int(rest)
+                if number < self.buckets and self._prefixes[number % self.shards] == prefix:
+                    return number
+        return None
 
     def resolve_buckets(self) -> int:
         """The bucket count of the stored filter (its record, else its stamps) when it
@@ -234,6 +261,9 @@ class CompactBackend(DedupBackend):
         warning = self.encoding_warning(self.limits)
         if warning is None and self.held_data:
             warning = self.sample().warning(self.key)
+        elif warning is None:  # a new filter: can its server ever hold its capacity?
+            needed = int(self.capacity * self.expected_bytes_per_fingerprint())
+            warning = admission.room_warning(self, needed, "DEDUP_COMPACT_CAPACITY", self.capacity)
         if warning is not None:
             logger.warning("%s%s.", warning[0].upper(), warning[1:])
 
@@ -262,14 +292,6 @@ class CompactBackend(DedupBackend):
         return None
 
     # -- the operations --------------------------------------------------------------------
-
-    def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
-        if self.wait_replicas:  # the script's call, which waits for the replicas
-            return self.check_and_add_many([fingerprint])[0]
-        bucket, field = self.locate(fingerprint)
-        # HSETNX answers 0 when the field was there.
-        added: int = self.server.execute_command("HSETNX", self.bucket_key(bucket), field, "")
-        return added == 0
 
     def add_group(self, fingerprint: str) -> int:
         return self.locate(fingerprint)[0]

@@ -55,8 +55,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     # purge_units() is empty where the server expires the fields itself.
     capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
     expiry_unit_ms = 1000
-    # The per-request check is the add script's (CompactBackend's is one HSETNX).
-    check_and_add = DedupBackend.check_and_add
+    # Membership honours the expiry: the contains script's (CompactBackend's is HEXISTS).
     contains = DedupBackend.contains
     contains_many = DedupBackend.contains_many
 

@@ -3,12 +3,14 @@ type each must hold. Every module builds key names here."""
 
 from __future__ import annotations
 
+import re
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from redis.crc import key_slot
 
+from ..connection import masters
 from ..exceptions import DedupConfigError, WrongKeyTypeError
 
 #: Fingerprints sent to Redis per pipeline in the batched operations.
@@ -62,6 +64,20 @@ def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+def keys_held(server: Any) -> int:
+    """How many keys the server holds (DBSIZE, added up over a cluster's masters)."""
+    return sum(int(client.dbsize()) for client in masters(server))
+
+
+def scan_keys(server: Any, prefix: str) -> Iterator[str]:
+    """Every key that starts with ``prefix`` (SCAN on each master, ``prefix``'s glob
+    characters escaped): what exists, for a layout with too many possible keys to name."""
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+    for client in masters(server):
+        for key in client.scan_iter(match=pattern, count=BATCH):
+            yield as_str(key)
 
 
 def migration_state_key(key: str) -> str:
