@@ -24,6 +24,7 @@ from .backends import (  # noqa: F401 - dupefilter_key re-exported
     dupefilter_key,
     other_filters,
 )
+from .backends.admission import EvictionWatch
 from .batch import (  # noqa: F401 - re-exported: the batch API's types and outcomes
     AMBIGUOUS,
     DEFERRED,
@@ -140,6 +141,8 @@ class RFPDupeFilter(BaseDupeFilter):
         self.settings = settings
         self.crawler: Crawler | None = None
         self._said: set[str] = set()  # refusals logged (each said once)
+        #: Eviction noticed while crawling (the policy, and keys evicted since open).
+        self.eviction = EvictionWatch(lambda: self.clock())
         self._stopping = False
         self.known: KnownFingerprints | None = None
         local_cache = check("DEDUP_LOCAL_CACHE", local_cache)
@@ -274,6 +277,7 @@ class RFPDupeFilter(BaseDupeFilter):
             ) from None
         if self.stats is not None:
             self.stats.set_value("dedup/backend", backend.name)
+        self.eviction.look(backend)  # the server's evictions so far: the baseline
         self.logger.info("Dupefilter: %s backend at %r", backend.name, backend.key)
 
     def close(self, reason: str = "") -> None:
@@ -326,6 +330,8 @@ class RFPDupeFilter(BaseDupeFilter):
             if self.clock() > self._age_limit:
                 self._age_limit = math.inf  # said once
                 self.logger.warning(advice.age_warning(self.backend.expire))
+        if self.eviction.due():
+            self._watch_eviction()
         backend = self.backend
         try:
             if not backend.opened:
@@ -345,6 +351,14 @@ class RFPDupeFilter(BaseDupeFilter):
         elif self.stats is not None:
             self.stats.inc_value("dedup/added")
         return seen
+
+    def _watch_eviction(self) -> None:
+        """Read the server's eviction policy and evictions (EvictionWatch says when)."""
+        warning = self.eviction.look(self.backend)
+        if warning is not None:
+            self.logger.warning(warning)
+        if self.stats is not None and self.eviction.evicted > 0:
+            self.stats.set_value("dedup/evicted_keys", self.eviction.evicted)
 
     def _count_filtered(self, count: int = 1, cached: int = 0) -> None:
         stats = self.stats
@@ -412,6 +426,8 @@ class RFPDupeFilter(BaseDupeFilter):
         requests to pass on: the new ones and the DEFERRED ones, which the scheduler
         checks one by one. Then raise ``result.failure``, if any, yourself."""
         tally = Counter(result.outcomes)
+        if self.eviction.due(len(requests.requests)):
+            self._watch_eviction()
         batch.count_stats(self.stats, requests, result, tally)
         batch.warn(self.logger, result, tally)
         unrecorded = self.unrecorded

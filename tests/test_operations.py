@@ -219,3 +219,31 @@ def test_a_bucket_damaged_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_se
     assert len(errors) == 1, errors
     assert "holds a list" in errors[0] and "Stopping the crawl" in errors[0], errors[0]
     assert len(tree.downloads) < tree.pages  # stopped, not run to the end
+
+
+@pytest.mark.parametrize("batched", PATHS)
+def test_eviction_switched_on_mid_crawl_is_said(tmp_path, own_server, batched):
+    """maxmemory-policy allkeys-lru and a full server from the 20th page: the keys it
+    evicts are noticed while the crawl runs (not only at open): one WARNING naming the
+    policy, dedup/evicted_keys; and no page lost (evicted fingerprints are crawled
+    again, never taken for seen)."""
+    client = redis.Redis(port=own_server.port)
+
+    def evicting() -> None:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1)
+
+    site = Site(pages=300, links=10, linker=site_links).start()
+    try:
+        result = run(
+            tmp_path, site, [AtPage(20, evicting)], settings(own_server.url, "compact", batched)
+        )
+    finally:
+        client.config_set("maxmemory", 0)
+        client.config_set("maxmemory-policy", "noeviction")
+    assert set(site.downloads) == set(range(site.pages))
+    warned = [
+        line for line in result["log"].splitlines() if "evicted" in line and "WARNING" in line
+    ]
+    assert len(warned) == 1 and "'allkeys-lru'" in warned[0], warned
+    assert result["stats"]["dedup/evicted_keys"] > 0

@@ -5,7 +5,7 @@ cluster, data spread over the masters. Checked at open; functions of a backend."
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
@@ -130,4 +130,66 @@ def check_spread(backend: DedupBackend, data_keys: Sequence[str]) -> None:
             count,
             backend.spread_setting,
             4 * count,
+        )
+
+
+def evicted_keys(backend: DedupBackend) -> int | None:
+    """Keys the server(s) evicted since they started (INFO stats), or None if refused."""
+    try:
+        return sum(int(c.info("stats").get("evicted_keys", 0)) for c in masters(backend.server))
+    except ResponseError:  # INFO refused (ACL)
+        return None
+
+
+class EvictionWatch:
+    """Eviction noticed while a crawl runs, not only at open: every ``every`` calls or
+    ``seconds`` (whichever comes first) the server's policy and its ``evicted_keys``
+    are read; once the policy can delete the filter and keys were evicted since the
+    crawl began, one WARNING says so, and :attr:`evicted` counts them (the
+    dupefilter's ``dedup/evicted_keys``). A read that fails is tried at the next turn."""
+
+    def __init__(
+        self, clock: Callable[[], float], every: int = 1_000, seconds: float = 60.0
+    ) -> None:
+        self.clock = clock
+        self.every = every
+        self.seconds = seconds
+        self._calls = 0
+        self._next = clock() + seconds
+        self._baseline: int | None = None
+        self.evicted = 0
+        self.warned = False
+
+    def due(self, calls: int = 1) -> bool:
+        """Counts ``calls`` requests checked; whether it is time to look (cheap: on the
+        hot path)."""
+        self._calls += calls
+        return self._calls >= self.every or self.clock() >= self._next
+
+    def look(self, backend: DedupBackend) -> str | None:
+        """Read the server; the WARNING to give (once), else None."""
+        self._calls = 0
+        self._next = self.clock() + self.seconds
+        try:
+            total = evicted_keys(backend)
+            policy = eviction_risk(backend) if total is not None else None
+        except Exception:  # (the dedup calls meet the same failure and handle it)
+            return None
+        if total is None:
+            return None
+        if self._baseline is None:
+            self._baseline = total
+        if policy is None:
+            self._baseline = total  # evictions of other keys under a safe policy: not ours
+            return None
+        self.evicted = total - self._baseline
+        if self.evicted <= 0 or self.warned:
+            return None
+        self.warned = True
+        return (
+            f"The Redis server evicted {self.evicted:,} key(s) while this crawl ran "
+            f"(maxmemory-policy {policy!r}): keys of the {backend.name} dupefilter at "
+            f"{backend.key!r} may be among them, and the pages they recorded are crawled "
+            "again. Set maxmemory-policy noeviction on the server that holds fingerprints "
+            "(counted in dedup/evicted_keys)"
         )
