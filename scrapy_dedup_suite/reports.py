@@ -264,13 +264,13 @@ class CompactBuckets:
         )
         return lines
 
-    def warning(self, key: str) -> str | None:
+    def warning(self, key: str, name: str = "compact") -> str | None:
         """What to tell an operator when buckets leave (or will leave) the compact
         encoding, else None."""
         if not self.past_capacity and not self.hashtables:
             return None
         return (
-            f"the compact filter at {key!r} holds about {self.estimated_fields:,.0f} "
+            f"the {name} filter at {key!r} holds about {self.estimated_fields:,.0f} "
             f"fingerprints (sized for {self.capacity:,}), and {self.hashtables} of "
             f"{self.sampled} sampled buckets have left the server's compact encoding: "
             "answers stay exact, but memory per fingerprint grows up to 5x. Create a new "

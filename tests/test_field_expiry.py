@@ -4,11 +4,14 @@ takes, that it keeps it, and what happens when settings or servers disagree."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
 
@@ -138,3 +141,37 @@ def test_a_crawl_on_a_server_that_expires_fields(tmp_path, site, field_expiry_se
     assert expiring.exists("site:dedup-hash:janitor") == 0
     second = crawl(tmp_path, site, settings, "second")["stats"]
     assert "downloader/response_count" not in second
+
+
+def test_field_ttls_forced_where_they_make_hashtables_are_warned_with_advice_that_works(
+    valkey9_server, caplog
+):
+    """DEDUP_HASH_FIELD_EXPIRY = True on Valkey 9, which keeps hashes with field TTLs
+    as hashtables: creation says what it costs and what to do; a later open blames the
+    field TTLs, not the capacity; and the advice (no DEDUP_HASH_FIELD_EXPIRY) gives a
+    filter in listpacks with the janitor's expiry."""
+    client = redis.Redis(port=valkey9_server.port)
+    client.flushall()
+    with caplog.at_level(logging.WARNING):
+        forced = HashBucketsBackend(client, "t:forced", capacity=5_000, shards=4, field_expiry=True)
+        forced.open()
+    created = [
+        r.getMessage() for r in caplog.records if "DEDUP_HASH_FIELD_EXPIRY = True" in r.getMessage()
+    ]
+    assert (
+        len(created) == 1
+        and "70 B" in created[0]
+        and "Remove DEDUP_HASH_FIELD_EXPIRY" in created[0]
+    )
+    forced.check_and_add_many(fingerprints(2_000))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        HashBucketsBackend(client, "t:forced", capacity=5_000, shards=4).open()
+    assert "keeps hashes with field TTLs as hashtables" in caplog.text
+    assert "larger DEDUP_COMPACT_CAPACITY does not help" in caplog.text
+    # The advice: without the setting, a new filter here is the janitor's, in listpacks.
+    advised = HashBucketsBackend(client, "t:advised", capacity=5_000, shards=4)
+    advised.open()
+    advised.check_and_add_many(fingerprints(2_000))
+    assert advised.expiry.name == "janitor"
+    assert advised.sample().hashtables == 0

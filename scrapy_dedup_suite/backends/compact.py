@@ -260,12 +260,16 @@ class CompactBackend(DedupBackend):
     def _prepare(self) -> None:
         warning = self.encoding_warning(self.limits)
         if warning is None and self.held_data:
-            warning = self.sample().warning(self.key)
+            warning = self.outgrown_warning(self.sample())
         elif warning is None:  # a new filter: can its server ever hold its capacity?
             needed = int(self.capacity * self.expected_bytes_per_fingerprint())
             warning = admission.room_warning(self, needed, "DEDUP_COMPACT_CAPACITY", self.capacity)
         if warning is not None:
             logger.warning("%s%s.", warning[0].upper(), warning[1:])
+
+    def outgrown_warning(self, sample: CompactBuckets) -> str | None:
+        """What to say at open when sampled buckets left the compact encoding, else None."""
+        return sample.warning(self.key, self.name)
 
     def encoding_warning(self, limits: tuple[int, int] | None) -> str | None:
         """What to say when the server's listpack limits cannot hold this filter's

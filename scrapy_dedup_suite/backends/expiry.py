@@ -68,6 +68,12 @@ BY_SERVER = Expiry(
 #: The servers that expire hash fields themselves, for messages.
 FIELD_TTL_SERVERS = "Redis >= 7.4 or Valkey >= 9"
 
+#: Redis memory a fingerprint takes in buckets, with the janitor's expiry, and with
+#: field TTLs on a server that keeps such hashes as hashtables (Valkey 9.1, 200,000
+#: fingerprints at DEDUP_COMPACT_CAPACITY = 200,000: 18.0 B and 69.8 B).
+JANITOR_BUCKET_BYTES = 18
+FIELD_TTL_HASHTABLE_BYTES = 70
+
 
 class ExpiringHash(DedupBackend):
     """What both layouts of the ``hash`` backend share: the expiry (DEDUP_EXPIRE, or a
@@ -176,6 +182,22 @@ class ExpiringHash(DedupBackend):
             chosen = BY_JANITOR if unable or unsuited else BY_SERVER
         else:
             chosen = BY_SERVER if wanted else BY_JANITOR
+            if wanted and not unable:  # a new filter made the server's way, as told
+                unsuited = self.server_expiry_unsuited()
+                if unsuited is not None:
+                    logger.warning(
+                        "The hash filter at %r is created with DEDUP_HASH_FIELD_EXPIRY = True, "
+                        "and %s: each fingerprint takes about %d B at capacity (more while the "
+                        "buckets are sparse) against %d B with the janitor's expiry, and a "
+                        "larger DEDUP_COMPACT_CAPACITY does not help. "
+                        "Remove DEDUP_HASH_FIELD_EXPIRY (the janitor's expiry is chosen on this "
+                        "server) before the filter holds anything, or keep it and budget the "
+                        "memory.",
+                        self.key,
+                        unsuited.split(" (")[0],
+                        FIELD_TTL_HASHTABLE_BYTES,
+                        JANITOR_BUCKET_BYTES,
+                    )
         if chosen is BY_SERVER and unable:
             raise DedupConfigError(
                 f"The hash filter at {self.key!r} "

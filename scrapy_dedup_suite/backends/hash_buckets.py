@@ -33,7 +33,14 @@ from ..settings_table import default
 from .base import DedupBackend
 from .capabilities import Capabilities
 from .compact import CompactBackend
-from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
+from .expiry import (
+    BY_JANITOR,
+    BY_SERVER,
+    FIELD_TTL_HASHTABLE_BYTES,
+    JANITOR_BUCKET_BYTES,
+    ExpiringHash,
+    expiry_sample,
+)
 from .keys import BATCH, as_str, slot_sibling
 from .purge import OnScan, PurgeStep, purge_buckets
 from .record import MetaSpec
@@ -109,6 +116,23 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
             f"the server keeps a hash whose fields have their own TTL as {found}, not a "
             "listpack (DEDUP_HASH_FIELD_EXPIRY = True chooses the server's expiry anyway)"
         )
+
+    def outgrown_warning(self, sample: CompactBuckets) -> str | None:
+        """Buckets whose fields the server expires, kept as hashtables while they hold
+        fewer fields than the listpack limit: the field TTLs did it, not the capacity."""
+        if self.expiry is BY_SERVER and sample.hashtables and not sample.past_capacity:
+            return (
+                f"the hash filter at {self.key!r} lets the server expire its fields, and "
+                f"{sample.hashtables} of {sample.sampled} sampled buckets are hashtables "
+                "although they hold fewer fields than the server's listpack limit: this server "
+                "keeps hashes with field TTLs as hashtables (about "
+                f"{FIELD_TTL_HASHTABLE_BYTES} B a fingerprint against {JANITOR_BUCKET_BYTES} B "
+                "with the janitor's expiry). A larger DEDUP_COMPACT_CAPACITY does not help: "
+                "a filter keeps its way. To use less, create a new one at another "
+                "SCHEDULER_DUPEFILTER_KEY without DEDUP_HASH_FIELD_EXPIRY (its pages are new to "
+                "it), or keep this one and budget the memory"
+            )
+        return super().outgrown_warning(sample)
 
     # -- one fingerprint -------------------------------------------------------------------
 
