@@ -76,7 +76,11 @@ class Command(ScrapyCommand):
             "native-bloom writes the server's own Bloom filters (BF.*)",
         )
         group.add_argument(
-            "--capacity", type=int, metavar="N", help="DEDUP_BLOOM_CAPACITY for the target"
+            "--capacity",
+            type=int,
+            metavar="N",
+            help="the target's capacity: DEDUP_BLOOM_CAPACITY, or DEDUP_COMPACT_CAPACITY for "
+            "compact and hash",
         )
         group.add_argument(
             "--error-rate", type=float, metavar="P", help="DEDUP_BLOOM_ERROR_RATE for the target"
@@ -124,6 +128,7 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         overrides = {
             "DEDUP_BLOOM_CAPACITY": opts.capacity,
+            "DEDUP_COMPACT_CAPACITY": opts.capacity,  # (the target reads the one it has)
             "DEDUP_BLOOM_ERROR_RATE": opts.error_rate,
         }
         for name, given in overrides.items():
@@ -149,7 +154,7 @@ class Command(ScrapyCommand):
                 if plan.capacity and plan.items_already + plan.new_members > plan.capacity:
                     print(
                         "warning: the source exceeds the target's capacity; the real run "
-                        "refuses it without --force",
+                        "refuses it without --force (set --capacity)",
                         file=sys.stderr,
                     )
                 return

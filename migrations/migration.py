@@ -79,6 +79,8 @@ class SetMigration:
         self.force = force
         self.verify_mode = verify
         self.sample = sample
+        #: The source members the sample verification checks (drawn before the scan).
+        self._sample: list[str] = []
         self.progress = progress
         self.state_key = migration_state_key(target.key)
         # How the members are written (writers.py): a Bloom target (bulk_bits) takes a
@@ -168,7 +170,8 @@ class SetMigration:
             members,
             source_memory,
             exists,
-            capacity=0,
+            # Buckets are sized for DEDUP_COMPACT_CAPACITY; the shards have no capacity.
+            capacity=int(getattr(self.target, "capacity", 0) or 0),
             error_rate=0.0,
             bits=0,
             hashes=0,
@@ -245,9 +248,30 @@ class SetMigration:
         self.target.resize_first_layer(first)
 
     def check_capacity(self, plan: Plan) -> None:
-        if not plan.capacity:  # an exact target has no capacity to exceed
+        if not plan.capacity:  # the shards of layout 1 have no capacity to exceed
             return
-        if plan.items_already + plan.new_members > plan.capacity and not self.force:
+        needed = plan.items_already + plan.new_members
+        if needed > plan.capacity and not self.force and not plan.error_rate:
+            raise TargetError(
+                f"The target is too small: {plan.new_members:,} new fingerprints"
+                + (
+                    f" plus about {plan.items_already:,.0f} already in it"
+                    if plan.items_already
+                    else ""
+                )
+                + f" exceed the {plan.capacity:,} its buckets are sized for "
+                "(DEDUP_COMPACT_CAPACITY): answers stay exact, but the buckets would leave the "
+                "server's compact encoding, up to 5x the memory. Set --capacity (or "
+                f"DEDUP_COMPACT_CAPACITY) to at least {math.ceil(needed):,} plus the growth you "
+                "expect"
+                + (
+                    " and a new --target key (a filter keeps the buckets it was created with)"
+                    if plan.target_exists
+                    else ""
+                )
+                + ", or pass --force to migrate anyway."
+            )
+        if needed > plan.capacity and not self.force:
             raise TargetError(
                 f"The target is too small: {plan.new_members:,} new fingerprints"
                 + (
@@ -325,6 +349,9 @@ class SetMigration:
         )
         if not resume:
             self.server.hset(self.state_key, "migrated", 0)
+        # The sample is drawn before the scan: members that were in the set when it began
+        # are read by it (SSCAN's guarantee), members crawlers add meanwhile may not be.
+        self._sample = self.set.sample(self.sample) if self.verify_mode == "sample" else []
         first = True
         while first or cursor != 0:
             first = False
@@ -365,9 +392,7 @@ class SetMigration:
             missing, checked = self.writer.verify_all(report)
         else:
             skipped = set(report.skipped)
-            sample = [
-                m for m in self.set.sample(self.sample) if m not in skipped and self.accepts(m)
-            ]
+            sample = [m for m in self._sample if m not in skipped and self.accepts(m)]
             found = self.target.contains_many(sample)
             missing = [fp for fp, ok in zip(sample, found) if not ok]
             checked = len(sample)

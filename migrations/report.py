@@ -64,14 +64,22 @@ class Plan:
                     "writes  through the filter's own check-and-add (BF.INSERT), in batches",
                 ]
             )
-        if not self.capacity:  # an exact target (hash)
+        if not self.error_rate:  # an exact target (hash, compact)
+            sized = (
+                f", sized for {self.capacity:,} (DEDUP_COMPACT_CAPACITY)" if self.capacity else ""
+            )
+            stays = (
+                f"each stays seen for {self.expire:,.0f} s (DEDUP_EXPIRE) from now"
+                if self.expire
+                else "each stays seen for good"
+            )
             return "\n".join(
                 [
                     source,
                     f"target  {self.target!r}: {self.backend} filter in {self.blocks} "
-                    f"shard(s), {existing}",
+                    f"shard(s){sized}, {existing}, about {_mb(self.target_memory)}",
                     f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
-                    f"exact; each stays seen for {self.expire:,.0f} s (DEDUP_EXPIRE) from now",
+                    f"exact; {stays}",
                     "writes  through the filter's own script, in batches",
                 ]
             )

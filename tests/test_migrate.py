@@ -427,3 +427,56 @@ def test_the_command_migrates_a_set_into_a_compact_filter(redis_settings, server
     assert target.count() == len(members)
     assert all(target.contains_many(members))
     assert not server.exists("s:dupefilter")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("to", ["compact", "hash"])
+def test_capacity_is_honoured_for_bucket_targets_with_advice_that_is_accepted(
+    redis_settings, server, to
+):
+    """--capacity sizes a compact or hash target; a set larger than it is refused (exit
+    4) with the capacity to set, writing nothing, and that capacity is then accepted.
+    The plan says what an exact target does (sized for, memory, never "0 s")."""
+    fill_set(server, "s:dupefilter", fingerprints(2_000))
+    before = snapshot(server)
+    refused = run_command(redis_settings, "--spider", "s", "--to", to, "--capacity", "1000")
+    assert refused.returncode == 4, refused.stderr
+    message = refused.stderr.strip().splitlines()[-1]
+    assert "exceed the 1,000 its buckets are sized for" in message
+    assert "Set --capacity (or DEDUP_COMPACT_CAPACITY) to at least 2,000" in message
+    assert snapshot(server) == before
+    dry = run_command(
+        redis_settings, "--spider", "s", "--to", to, "--capacity", "3000", "--dry-run"
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "sized for 3,000 (DEDUP_COMPACT_CAPACITY)" in dry.stdout
+    assert " 0 s " not in dry.stdout
+    if to == "compact":
+        assert "each stays seen for good" in dry.stdout
+    done = run_command(redis_settings, "--spider", "s", "--to", to, "--capacity", "3000")
+    assert done.returncode == 0, done.stderr
+    key = "s:dedup-compact" if to == "compact" else "s:dedup-hash"
+    assert server.hget(f"{key}:meta", "sized_for") == b"3000"
+
+
+def test_sample_verification_checks_what_the_scan_could_read(server):
+    """Crawlers adding members to the source set while it is read: the sample verified
+    is of members that were there when the scan began (the scan reads those), so a
+    member added after the scan passed its place does not fail the migration."""
+    from scrapy_dedup_suite.backends import CompactBackend
+
+    fill_set(server, "src", fingerprints(5_000))
+    target = CompactBackend(server, "t:c", capacity=100_000, shards=4)
+    late = fingerprints(20_000, salt="late")
+    added: list[str] = []
+
+    def crawler_adds(done: int, total: int) -> None:
+        while len(added) < len(late) and len(added) < 4 * done:  # four new for each read
+            added.append(late[len(added)])
+            server.sadd("src", added[-1])
+
+    report = SetMigration(
+        target, "src", batch=250, round_size=1000, sample=5_000, progress=crawler_adds
+    ).run()
+    assert added  # the set grew while it was read
+    assert report.verified > 0
