@@ -251,39 +251,28 @@ class SetMigration:
         if not plan.capacity:  # the shards of layout 1 have no capacity to exceed
             return
         needed = plan.items_already + plan.new_members
-        if needed > plan.capacity and not self.force and not plan.error_rate:
+        if needed <= plan.capacity or self.force:
+            return
+        already = (
+            f" plus about {plan.items_already:,.0f} already in it" if plan.items_already else ""
+        )
+        what = f"The target is too small: {plan.new_members:,} new fingerprints{already}"
+        if not plan.error_rate:  # buckets (compact, hash): exact, but out of their encoding
+            new_key = " and a new --target key (a filter keeps its buckets)"
             raise TargetError(
-                f"The target is too small: {plan.new_members:,} new fingerprints"
-                + (
-                    f" plus about {plan.items_already:,.0f} already in it"
-                    if plan.items_already
-                    else ""
-                )
-                + f" exceed the {plan.capacity:,} its buckets are sized for "
+                f"{what} exceed the {plan.capacity:,} its buckets are sized for "
                 "(DEDUP_COMPACT_CAPACITY): answers stay exact, but the buckets would leave the "
                 "server's compact encoding, up to 5x the memory. Set --capacity (or "
                 f"DEDUP_COMPACT_CAPACITY) to at least {math.ceil(needed):,} plus the growth you "
-                "expect"
-                + (
-                    " and a new --target key (a filter keeps the buckets it was created with)"
-                    if plan.target_exists
-                    else ""
-                )
-                + ", or pass --force to migrate anyway."
+                f"expect{new_key if plan.target_exists else ''}, or pass --force to migrate "
+                "anyway."
             )
-        if needed > plan.capacity and not self.force:
-            raise TargetError(
-                f"The target is too small: {plan.new_members:,} new fingerprints"
-                + (
-                    f" plus about {plan.items_already:,.0f} already in it"
-                    if plan.items_already
-                    else ""
-                )
-                + f" exceed its capacity of {plan.capacity:,}; its false-positive rate would reach "
-                f"about {plan.resulting_error_rate:.3g} instead of {plan.error_rate}. Raise "
-                "DEDUP_BLOOM_CAPACITY (or --capacity) to at least the set's size plus the growth "
-                "you expect, or pass --force to migrate anyway."
-            )
+        raise TargetError(
+            f"{what} exceed its capacity of {plan.capacity:,}; its false-positive rate would "
+            f"reach about {plan.resulting_error_rate:.3g} instead of {plan.error_rate}. Raise "
+            "DEDUP_BLOOM_CAPACITY (or --capacity) to at least the set's size plus the growth "
+            "you expect, or pass --force to migrate anyway."
+        )
 
     # -- the run ------------------------------------------------------------------------
 
