@@ -64,6 +64,13 @@ def refresh_slots(server: Any) -> None:
         logger.debug("Could not read the cluster's slot map again: %s", exc)
 
 
+def node_of(server: Any, key: str) -> Any:
+    """A client on the master that holds ``key`` (the server itself if not a cluster)."""
+    if is_cluster(server):
+        return server.get_redis_connection(server.get_node_from_key(key))
+    return server
+
+
 def masters(server: Any) -> list[Any]:
     """A client per master: every primary of a cluster, or the server itself."""
     if is_cluster(server):

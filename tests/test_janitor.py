@@ -345,3 +345,34 @@ def test_the_extension_schedules_nothing_for_the_set_backend(
     assert "Janitor: nothing to do for the set dupefilter" in result["log"]
     assert "dedup/janitor/passes" not in result["stats"]
     assert result["stats"]["dedup/added"] == site.pages
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_over_a_huge_capacity_costs_what_exists(server):
+    """A bucket filter sized for 10**11 fingerprints (3.9e8 buckets) holding a few
+    hundred: a pass walks the buckets that exist (SCAN of each group's slot), not every
+    bucket there could be, and purges exactly the expired ones; purge_remaining at its
+    end is as cheap (the server's own count of the purge script's calls)."""
+    from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+    from scrapy_dedup_suite.connection import masters, server_time_ms
+
+    from .helpers import stored_expiry_ms
+
+    backend = HashBucketsBackend(server, "t:huge", capacity=10**11, shards=4, field_expiry=False)
+    backend.open()
+    old, new = fingerprints(300, salt="old"), fingerprints(200, salt="new")
+    backend.add_many(old, expire=0.05)
+    backend.add_many(new, expire=3600)
+    deadline = max(stored_expiry_ms(backend, fp) for fp in old)
+    poll_until(lambda: server_time_ms(server) >= deadline, timeout=30)
+    for client in masters(server):
+        client.config_resetstat()
+    report = Janitor(backend, batch=100).run_pass()
+    assert report.completed and report.removed == len(old)
+    assert report.remaining == len(new)
+    calls = sum(
+        int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        for client in masters(server)
+    )
+    assert calls < 100, calls  # (every bucket by number: 3.9e8 / 1,000 calls)
+    assert backend.contains_many(new) == [True] * len(new)

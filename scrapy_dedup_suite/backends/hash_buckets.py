@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from ..connection import node_of
 from ..options import HashOptions
 from ..reports import CompactBuckets, Contents, HashFields
 from ..settings_table import default
@@ -41,7 +42,7 @@ from .expiry import (
     ExpiringHash,
     expiry_sample,
 )
-from .keys import BATCH, as_str, slot_sibling
+from .keys import BATCH, as_str, keys_held, prefix_pattern, slot_sibling
 from .purge import OnScan, PurgeStep, purge_buckets
 from .record import MetaSpec
 
@@ -155,7 +156,11 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     def purge_step(
         self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
     ) -> PurgeStep:
-        """Group ``unit``'s buckets from its ``cursor``-th on (``unit + i * shards``)."""
+        """Group ``unit``'s buckets from its ``cursor``-th on (``unit + i * shards``);
+        for a filter sized for more buckets than its server holds keys, the buckets SCAN
+        finds (``cursor``: SCAN's), so that a pass costs what exists."""
+        if self.buckets > keys_held(self.server):
+            return self._purge_found(unit, cursor, batch, on_scan)
         first = unit + cursor * self.shards
         count = min(batch, BATCH, len(range(first, self.buckets, self.shards)))
         keys = [self.bucket_key(first + i * self.shards) for i in range(count)]
@@ -164,6 +169,22 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         done, step = purge_buckets(self.server, keys, batch, self.expiry_unit_ms, on_scan)
         cursor += done
         step.cursor = cursor if unit + cursor * self.shards < self.buckets else 0
+        return step
+
+    def _purge_found(self, unit: int, cursor: int, batch: int, on_scan: OnScan | None) -> PurgeStep:
+        """One SCAN of group ``unit``'s slot for its buckets, each of them purged."""
+        client = node_of(self.server, self.stamp_keys[unit])
+        pattern = prefix_pattern(self._prefixes[unit])
+        after, found = client.scan(cursor, match=pattern, count=min(batch, BATCH))
+        keys = [key for key in map(as_str, found) if self.bucket_of(key) is not None]
+        step = PurgeStep(int(after))
+        while keys:
+            done, part = purge_buckets(self.server, keys, batch, self.expiry_unit_ms, on_scan)
+            step.scanned += part.scanned
+            step.removed += part.removed
+            step.invalid += part.invalid
+            step.call_ms += part.call_ms
+            keys = keys[max(done, 1) :]
         return step
 
     def purge_remaining(self) -> int:

@@ -71,10 +71,16 @@ def keys_held(server: Any) -> int:
     return sum(int(client.dbsize()) for client in masters(server))
 
 
+def prefix_pattern(prefix: str) -> str:
+    """The SCAN MATCH pattern of the keys that start with ``prefix`` (its glob
+    characters escaped)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+
+
 def scan_keys(server: Any, prefix: str) -> Iterator[str]:
-    """Every key that starts with ``prefix`` (SCAN on each master, ``prefix``'s glob
-    characters escaped): what exists, for a layout with too many possible keys to name."""
-    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+    """Every key that starts with ``prefix`` (SCAN on each master): what exists, for a
+    layout with too many possible keys to name."""
+    pattern = prefix_pattern(prefix)
     for client in masters(server):
         for key in client.scan_iter(match=pattern, count=BATCH):
             yield as_str(key)
