@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
+from scrapy.utils.defer import deferred_from_coro
 
 from . import advice, batch
 from .backends import (  # noqa: F401 - dupefilter_key re-exported
@@ -502,13 +503,13 @@ class RFPDupeFilter(BaseDupeFilter):
             raise error from failure  # every request would be refused: the fingerprinter
         if code_of(failure) == "dedup:STAMP" and self._reopen():
             try:
-                return self.request_seen_now(fp, expire)
+                return self._check_now(fp, expire)
             except Exception as exc:
                 failure = as_failure(exc)
                 error = translate(failure, self.backend, fp)
         return self._let_through(request, fp, error, failure, refused=True)
 
-    def request_seen_now(self, fp: str, expire: Any) -> bool:
+    def _check_now(self, fp: str, expire: Any) -> bool:
         """One check-and-add of ``fp`` on the backend, counted as request_seen counts."""
         seen = self.backend.check_and_add(fp, expire)
         if seen:
@@ -556,18 +557,18 @@ class RFPDupeFilter(BaseDupeFilter):
         ``error`` is raised. 'allow': the request is let through, once: this process
         answers "seen" for it from then on (:class:`Unrecorded`), so no page is crawled
         at every link to it while Redis fails."""
+        unrecorded = self.unrecorded
+        if not self.policy.raises and fp in unrecorded:
+            self._count_filtered()
+            if self.stats is not None:
+                self.stats.inc_value("dedup/unrecorded_filtered")
+            return True
         if self.stats is not None:
             self.stats.inc_value("dedup/errors")
         if self.policy.raises:
             if not self._stop_crawl(error):
                 raise error from cause
             return False
-        unrecorded = self.unrecorded
-        if fp in unrecorded:
-            self._count_filtered()
-            if self.stats is not None:
-                self.stats.inc_value("dedup/unrecorded_filtered")
-            return True
         unrecorded.add(fp)
         if refused:
             said = str(error)
@@ -603,7 +604,11 @@ class RFPDupeFilter(BaseDupeFilter):
                 "scheduled stay in the scheduler's queue",
                 str(error).rstrip("."),
             )
-            engine.close_spider(spider, "dedup_error")
+            close = getattr(engine, "close_spider_async", None)  # Scrapy >= 2.14
+            if close is not None:
+                deferred_from_coro(close(reason="dedup_error"))
+            else:
+                engine.close_spider(spider, "dedup_error")
         return True
 
     def log(self, request: Request, spider: Spider) -> None:
