@@ -425,7 +425,13 @@ class RFPDupeFilter(BaseDupeFilter):
         """Count and log a batch's answers as :meth:`request_seen` would, admit its new
         requests (their request_seen answers False with no round trip), and return the
         requests to pass on: the new ones and the DEFERRED ones, which the scheduler
-        checks one by one. Then raise ``result.failure``, if any, yourself."""
+        checks one by one. Then raise ``result.failure``, if any, yourself (in a running
+        crawl the crawl is stopped instead, and the failed requests passed on)."""
+        if result.failure is not None and self._stop_crawl(result.failure):
+            # DEDUP_ON_ERROR='raise' in a running crawl: stopped, and the requests Redis
+            # could not check go to the scheduler's queue instead of being dropped.
+            result.outcomes = [UNCHECKED if o == FAILED else o for o in result.outcomes]
+            result.failure = None
         tally = Counter(result.outcomes)
         if self.eviction.due(len(requests.requests)):
             self._watch_eviction()

@@ -198,12 +198,18 @@ def test_converting_a_hash_filter_under_a_live_crawl_loses_no_page(tmp_path, own
     assert buckets.count() >= tree.pages - 60
 
 
-def test_a_bucket_damaged_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_server):
-    """DEDUP_ON_ERROR='raise': the crawl stops with one ERROR naming the key (close
-    reason dedup_error), no traceback, the request kept for the scheduler."""
+@pytest.mark.parametrize("batched", PATHS)
+@pytest.mark.parametrize("fault", ["damaged", "gone"])
+def test_a_fault_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_server, fault, batched):
+    """DEDUP_ON_ERROR='raise': a bucket damaged, or the server gone, mid-crawl stops the
+    crawl with one ERROR saying why (close reason dedup_error), no traceback, the
+    requests it could not check passed to the scheduler rather than dropped."""
     client = redis.Redis(port=own_server.port)
 
     def damage() -> None:
+        if fault == "gone":
+            own_server.stop()
+            return
         for key in client.scan_iter(match="{site:dupefilter:*"):
             if not key.endswith(b":meta"):
                 client.delete(key)
@@ -214,12 +220,15 @@ def test_a_bucket_damaged_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_se
         tmp_path,
         tree,
         [AtPage(40, damage)],
-        settings(own_server.url, "compact", False, DEDUP_ON_ERROR="raise"),
+        settings(
+            own_server.url, "compact", batched, DEDUP_ON_ERROR="raise", DEDUP_SOCKET_TIMEOUT=1
+        ),
     )
     assert result["stats"]["finish_reason"] == "dedup_error"
     errors = [line for line in result["log"].splitlines() if "] ERROR:" in line]
     assert len(errors) == 1, errors
-    assert "holds a list" in errors[0] and "Stopping the crawl" in errors[0], errors[0]
+    assert "Stopping the crawl" in errors[0], errors[0]
+    assert ("holds a list" if fault == "damaged" else "Redis failed") in errors[0], errors[0]
     assert len(tree.downloads) < tree.pages  # stopped, not run to the end
 
 
