@@ -122,7 +122,7 @@ def test_a_bucket_damaged_mid_crawl_loses_no_page(tmp_path, own_server, batched)
 
 
 @pytest.mark.parametrize("batched", PATHS)
-@pytest.mark.parametrize("row", ["compact", "bloom"])
+@pytest.mark.parametrize("row", ["set", "hash", "compact", "bloom", "windowed-bloom"])
 def test_full_memory_mid_crawl_storms_no_page(tmp_path, own_server, row, batched):
     """Redis out of memory (noeviction) for part of a crawl of a site whose pages link
     to each other many times: duplicates recorded before are still filtered (reads
