@@ -114,10 +114,8 @@ def check(
     each = list(expires) if expires is not None else [None] * count
     result = BatchResult([NEW] * count)
     failed = policy.failed_while_closing
-    if failed is not None and policy.closing():
-        return _give_up(
-            backend, policy, result, range(count), failed, fingerprints
-        )  # no call, no wait
+    if failed is not None and policy.closing():  # no call, no wait
+        return _give_up(backend, policy, result, range(count), failed, fingerprints)
     try:
         if not backend.opened:  # after clear(), say: opened again under the policy
             backend.open()
