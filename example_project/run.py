@@ -2,7 +2,7 @@
 
     python example_project/run.py                  # one crawl with the bloom backend
     python example_project/run.py --backend hash   # ... with another backend
-    python example_project/run.py --all            # every backend, one table
+    python example_project/run.py --all            # every backend without a module, one table
     python example_project/run.py --windowed       # fingerprints forgotten after a window
     python example_project/run.py --migration      # scrapy-redis set -> Bloom filter
 
@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BACKENDS = ("set", "hash", "bloom", "windowed-bloom")
+BACKENDS = ("set", "hash", "compact", "bloom", "windowed-bloom")
 
 
 def scrapy(redis_url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -100,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--backend", choices=BACKENDS, default="bloom")
-    mode.add_argument("--all", action="store_true", help="every backend, one after the other")
+    mode.add_argument(
+        "--all",
+        action="store_true",
+        help="set, hash, compact, bloom and windowed-bloom, one after the other",
+    )
     mode.add_argument("--windowed", action="store_true", help="the time-window demo")
     mode.add_argument("--migration", action="store_true", help="set -> migrate -> bloom")
     parser.add_argument("--window", type=int, default=10, help="seconds per bucket (--windowed)")

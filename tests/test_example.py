@@ -33,7 +33,13 @@ def test_every_backend_gives_the_same_exact_stats(redis_server, server, tmp_path
     server.set("unrelated", "kept")
     result = run_example(redis_server, tmp_path, "--all")
     rows = {row["backend"]: row for row in result["crawls"]}
-    assert list(rows) == ["set", "hash", "bloom", "windowed-bloom"]
+    assert list(rows) == [
+        "set",
+        "hash",
+        "compact",
+        "bloom",
+        "windowed-bloom",
+    ]  # every backend a Lua-only server has
     for backend, row in rows.items():
         assert (row["requests_checked"], row["new"], row["filtered"]) == (
             OFFERED,

@@ -34,7 +34,8 @@ def spider_settings(
 ) -> Settings:
     """The project's settings with the spider's ``custom_settings`` applied, as in a crawl.
 
-    ``instead``: what to do rather than name a spider (each command has its options)."""
+    ``instead``: what to do rather than name a spider (each command has its options;
+    "" for a command that has none)."""
     if not spider or not settings.getlist("SPIDER_MODULES"):
         return settings
     loader = get_spider_loader(settings)
@@ -44,7 +45,7 @@ def spider_settings(
         names = ", ".join(sorted(loader.list())) or "none"
         raise UsageError(
             f"Spider {spider!r} not found in this project (spiders: {names}); "
-            f"give its name as the crawl uses it, {instead}"
+            f"give its name as the crawl uses it" + (f", {instead}" if instead else "")
         ) from None
     copy = settings.copy()
     spidercls.update_settings(copy)

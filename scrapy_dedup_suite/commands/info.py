@@ -54,7 +54,8 @@ class Command(ScrapyCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         if not opts.spider:
             raise UsageError("Say which spider: --spider NAME")
-        settings = spider_settings(self.settings, opts.spider, "or name the key with --key KEY")
+        # (no --key: it shows every backend's key for the spider)
+        settings = spider_settings(self.settings, opts.spider, "")
         try:
             # What a crawl refuses, dedup-info refuses: a misspelt DEDUP_BACKEND too.
             get_backend_class(read(settings, "DEDUP_BACKEND"))
