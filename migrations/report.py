@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scrapy_dedup_suite.config import human_bytes
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -183,7 +180,7 @@ def _mb(n: float) -> str:
 
 
 class Progress:
-    """A progress bar on a terminal, a log line every few seconds elsewhere."""
+    """A progress bar on a terminal, a line every few seconds elsewhere (a file, a pipe)."""
 
     def __init__(
         self, stream: Any = None, every: float = 5.0, name: str = "migrate-set-to-bloom"
@@ -214,5 +211,6 @@ class Progress:
             bar = "#" * int(pct * 30)
             self.stream.write(f"\r[{bar:<30}] {text}" + ("\n" if final else ""))
             self.stream.flush()
-        else:
-            logger.info("%s: %s", self.name, text)
+        else:  # a file or a pipe: a line each time (the command configures no logging)
+            self.stream.write(f"{self.name}: {text}\n")
+            self.stream.flush()

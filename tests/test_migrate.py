@@ -481,3 +481,21 @@ def test_sample_verification_checks_what_the_scan_could_read(server):
     ).run()
     assert added  # the set grew while it was read
     assert report.verified > 0
+
+
+def test_progress_goes_to_a_file_or_pipe_line_by_line():
+    """stderr redirected (``> log 2>&1``): a line each interval, and one at the end,
+    written to the stream itself (the commands configure no logging, so a log record
+    would never show)."""
+    import io
+
+    from scrapy_dedup_suite.migrations.report import Progress
+
+    stream = io.StringIO()  # not a terminal
+    progress = Progress(stream, every=0.0)
+    progress(500, 1000)
+    progress(1000, 1000, final=True)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("migrate-set-to-bloom: 500/1,000 (50.0%)")
+    assert lines[1].startswith("migrate-set-to-bloom: 1,000/1,000 (100.0%)")
