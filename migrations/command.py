@@ -17,6 +17,7 @@ from scrapy_dedup_suite.backends import (
     dupefilter_key,
     get_backend_class,
 )
+from scrapy_dedup_suite.backends.keys import as_str
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
 from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
@@ -167,6 +168,9 @@ class Command(ScrapyCommand):
             say_unreachable(
                 self, "migrate-set-to-bloom", client, exc, self.settings, "for the migration"
             )
+        except KeyboardInterrupt:
+            print(f"migrate-set-to-bloom: {self._interrupted(migration)}", file=sys.stderr)
+            self.exitcode = 130
         except MigrationError as exc:
             print(f"migrate-set-to-bloom: {exc}", file=sys.stderr)
             self.exitcode = exc.exit_code
@@ -195,6 +199,25 @@ class Command(ScrapyCommand):
             verify=opts.verify,
             sample=opts.sample,
             progress=progress,
+        )
+
+    @staticmethod
+    def _interrupted(migration: SetMigration | None) -> str:
+        """What Ctrl-C left: how far the saved checkpoint is, and how to go on."""
+        state: dict[Any, Any] = {}
+        if migration is not None:
+            try:
+                state = migration.server.hgetall(migration.state_key)
+            except Exception:  # (Redis gone too: say what is known)
+                state = {}
+        if migration is None or not state:
+            return "interrupted before anything was written; run the same command again"
+        saved = {as_str(k): as_str(v) for k, v in state.items()}
+        done = int(saved.get("migrated", 0) or 0)
+        stage = "all read, not yet verified" if saved.get("scanned") else "read so far"
+        return (
+            f"interrupted: {done:,} fingerprints {stage}, saved in {migration.state_key!r}; "
+            "run the same command with --resume to go on from there"
         )
 
     def _out(self, opts: argparse.Namespace, data: dict[str, Any], text: str) -> None:

@@ -283,6 +283,7 @@ class SetMigration:
         report = Report(plan, verify_mode=self.verify_mode)
         cursor = 0
         planned_first = 0
+        scanned = False  # a resumed run whose scan had finished: verification is left
         # Names this run in the round tokens (see _merge); a resumed run keeps it.
         run_id = uuid.uuid4().hex[:12]
         if resume:
@@ -296,7 +297,8 @@ class SetMigration:
                     resumed = self._default_writer()
                 self.writer_class = resumed
                 report.migrated = int(state.get("migrated", 0))
-                report.resumed = cursor != 0
+                scanned = state.get("scanned") == "1"
+                report.resumed = cursor != 0 or scanned
             elif state:
                 raise MigrationError(
                     f"{self.state_key!r} records a migration from {state.get('source')!r}, not "
@@ -338,10 +340,11 @@ class SetMigration:
         )
         if not resume:
             self.server.hset(self.state_key, "migrated", 0)
+            self.server.hdel(self.state_key, "scanned")
         # The sample is drawn before the scan: members that were in the set when it began
         # are read by it (SSCAN's guarantee), members crawlers add meanwhile may not be.
         self._sample = self.set.sample(self.sample) if self.verify_mode == "sample" else []
-        first = True
+        first = not scanned
         while first or cursor != 0:
             first = False
             cursor, read = writer.round(cursor, report, f"{run_id}:{cursor}")
@@ -350,6 +353,7 @@ class SetMigration:
             self.server.hset(
                 self.state_key, mapping={"cursor": cursor, "migrated": report.migrated}
             )
+        self.server.hset(self.state_key, "scanned", 1)  # a --resume after this verifies only
         report.seconds = time.monotonic() - started
         self._verify(report)
         self.server.unlink(self.state_key)

@@ -499,3 +499,48 @@ def test_progress_goes_to_a_file_or_pipe_line_by_line():
     assert len(lines) == 2
     assert lines[0].startswith("migrate-set-to-bloom: 500/1,000 (50.0%)")
     assert lines[1].startswith("migrate-set-to-bloom: 1,000/1,000 (100.0%)")
+
+
+def test_ctrl_c_says_how_far_and_resume_counts_true(server, monkeypatch):
+    """Ctrl-C while reading: one line with how far it got and --resume. Ctrl-C during
+    verification, after the whole set was read: --resume verifies, reads nothing again,
+    and reports the set's count, not twice it."""
+    from scrapy_dedup_suite.migrations.command import Command
+
+    fps = fingerprints(5_000)
+    fill_set(server, "src", fps)
+    target = BloomBackend(server, "t", BloomParams.from_capacity(50_000, 0.001))
+    calls = []
+
+    def ctrl_c_in_round_three(done: int, total: int) -> None:
+        calls.append(done)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    migration = SetMigration(
+        target, "src", batch=500, round_size=1000, progress=ctrl_c_in_round_three
+    )
+    with pytest.raises(KeyboardInterrupt):
+        migration.run()
+    said = Command._interrupted(migration)
+    assert said.startswith("interrupted: ") and "--resume" in said and "\n" not in said
+    assert "read so far" in said
+    report = SetMigration(target, "src", batch=500, round_size=1000).run(resume=True)
+    assert report.migrated == len(fps)
+
+    # Interrupted during verification: the scan had finished.
+    target2 = BloomBackend(server, "t2", BloomParams.from_capacity(50_000, 0.001))
+    real_verify = SetMigration._verify
+
+    def ctrl_c(self, report):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SetMigration, "_verify", ctrl_c)
+    interrupted = SetMigration(target2, "src", batch=500, round_size=1000)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.run()
+    assert "all read, not yet verified" in Command._interrupted(interrupted)
+    monkeypatch.setattr(SetMigration, "_verify", real_verify)
+    resumed = SetMigration(target2, "src", batch=500, round_size=1000).run(resume=True)
+    assert resumed.migrated == len(fps) and resumed.rounds == 0 and resumed.resumed
+    assert resumed.verified > 0
