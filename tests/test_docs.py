@@ -59,3 +59,31 @@ def test_readme_links_pages_that_exist_and_every_page_is_linked():
     assert all((ROOT / path).is_file() for path in linked), linked
     pages = {f"docs/{p.name}" for p in DOCS.glob("*.md")}
     assert pages == linked, f"pages README does not link: {sorted(pages - linked)}"
+
+
+def test_the_settings_by_hand_are_what_the_addon_sets():
+    """getting-started's "Without the add-on" block names the classes and orders the
+    add-on uses, so that a project configured by hand gets what the add-on gives."""
+    from scrapy_dedup_suite import addon
+    from scrapy_dedup_suite.janitor import JanitorExtension
+    from scrapy_dedup_suite.middleware import BatchDedupMiddleware
+    from scrapy_dedup_suite.summary import DedupSummary
+
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    section = page.split("## Without the add-on", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```python", 1)[1].split("```", 1)[0]
+    settings: dict = {}
+    exec(block, {}, settings)
+
+    def path(cls: type) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    assert settings["DUPEFILTER_CLASS"] == addon.DUPEFILTER
+    assert settings["SPIDER_MIDDLEWARES"] == {path(BatchDedupMiddleware): addon.MIDDLEWARE_ORDER}
+    assert settings["EXTENSIONS"] == {
+        path(DedupSummary): addon.SUMMARY_ORDER,
+        path(JanitorExtension): addon.JANITOR_ORDER,
+    }
+    # ... and the README and the front page send a user without the add-on there.
+    for front in (ROOT / "README.md", DOCS / "index.md"):
+        assert "getting-started.md#without-the-add-on" in front.read_text(encoding="utf-8")
