@@ -461,3 +461,25 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
             f"Cannot reach the Redis Cluster at {where}: {exc}. A cluster client reads the slot "
             "map when it is built, so a node must answer at start-up."
         ) from exc
+
+
+def check_reachable(settings: BaseSettings) -> None:
+    """Raise the one-line error for a dupefilter server that cannot be reached, before
+    the crawl starts (BatchDedupMiddleware: Scrapy builds it before its engine, so the
+    message is the crawl's last line, ahead of scrapy-redis's scheduler's own ping and
+    the engine's shutdown errors). One PING, on a client closed after."""
+    client = None
+    try:
+        client = get_redis(settings, socket_timeout=read(settings, "DEDUP_SOCKET_TIMEOUT"))
+        client.ping()
+    except UNREACHABLE as exc:
+        raise unreachable(
+            client,
+            exc,
+            redis_source(settings),
+            "when the crawl started; the crawl cannot start (DEDUP_ON_ERROR does not apply "
+            "at start-up)",
+        ) from None
+    finally:
+        if client is not None:
+            client.close()

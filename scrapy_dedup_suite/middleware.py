@@ -50,6 +50,7 @@ from twisted.python.threadpool import ThreadPool
 
 from .backends import check_settings
 from .batch import UNCHECKED, BatchResult
+from .connection import check_reachable
 from .dupefilter import RFPDupeFilter
 from .exceptions import ClientFailure
 from .options import BatchOptions
@@ -118,6 +119,7 @@ class BatchDedupMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BatchDedupMiddleware:
         check_settings(crawler.settings)  # before the engine starts: see check_settings
+        check_reachable(crawler.settings)  # ... and before scrapy-redis's scheduler pings
         return cls(crawler, BatchOptions.from_settings(crawler.settings))
 
     # -- the dupefilter ------------------------------------------------------------------

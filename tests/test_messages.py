@@ -307,3 +307,28 @@ def test_a_dry_run_says_what_the_sets_size_implies(redis_server):
     sized = scrapy_cmd("migrate-set-to-bloom", *args, "--capacity", "30000")
     assert "sizing" not in sized.stdout  # a capacity that fits: nothing to say
     assert client.keys("s:bloomfilter*") == []  # a dry run writes nothing
+
+
+def test_an_unreachable_redis_under_scrapy_redis_scheduler_ends_with_the_packages_line(
+    tmp_path, dead_url
+):
+    """With the add-on, a wrong REDIS_URL under scrapy-redis's scheduler: one traceback,
+    the package's message naming the server as the last line (scrapy-redis's own ping,
+    and the engine's 'Engine slot not assigned', never come)."""
+    (tmp_path / "one.py").write_text(SPIDER)
+    proc = scrapy_cmd(
+        "runspider", "one.py",
+        "-s", "ADDONS=" + json.dumps({"scrapy_dedup_suite.Addon": 300}),
+        "-s", "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+        "-s", f"REDIS_URL={dead_url}",
+        "-s", "TELNETCONSOLE_ENABLED=False",
+        cwd=tmp_path,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert out.count("Traceback") == 1, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    port = dead_url.rsplit(":", 1)[1].split("/")[0]
+    assert last.startswith("scrapy_dedup_suite.exceptions.RedisUnreachableError: Cannot reach")
+    assert f"127.0.0.1:{port}" in last and "REDIS_URL" in last
+    assert "Engine slot not assigned" not in out
