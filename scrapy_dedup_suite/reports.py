@@ -224,9 +224,16 @@ class CompactBuckets:
     sampled_memory: int  # MEMORY USAGE over the sampled buckets
     occupied: int  # sampled buckets that exist (hold a field)
     hashtables: int  # sampled buckets that left the listpack encoding
+    #: The fingerprints and the buckets that hold them, counted (HLEN of every bucket
+    #: that exists); None where only the sample was read.
+    counted_fields: int | None = None
+    counted_buckets: int | None = None
 
     @property
     def estimated_fields(self) -> float:
+        """The fingerprints held: counted, else estimated from the sample."""
+        if self.counted_fields is not None:
+            return float(self.counted_fields)
         return self.sampled_fields * self.buckets / self.sampled if self.sampled else 0.0
 
     @property
@@ -252,10 +259,17 @@ class CompactBuckets:
             if self.listpack_entries is not None
             else "the server's hash-max-listpack-entries is unknown (CONFIG refused)"
         )
-        lines = [
-            f"about {self.estimated_fields:,.0f} fingerprints (exact) in {self.buckets:,} "
-            f"buckets over {self.shards} shard(s), sized for {self.capacity:,} ({limit})"
-        ]
+        if self.counted_fields is not None:
+            held = (
+                f"{self.counted_fields:,} fingerprints (counted) in {self.counted_buckets or 0:,} "
+                f"of {self.buckets:,} buckets"
+            )
+        else:
+            held = (
+                f"about {self.estimated_fields:,.0f} fingerprints (estimated from "
+                f"{self.sampled:,} sampled buckets) in {self.buckets:,} buckets"
+            )
+        lines = [f"{held} over {self.shards} shard(s), sized for {self.capacity:,} ({limit})"]
         per = self.bytes_per_fingerprint
         lines.append(
             f"of {self.sampled:,} sampled buckets, {self.hashtables:,} left the compact "

@@ -35,7 +35,7 @@ import os
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -328,13 +328,20 @@ class CompactBackend(DedupBackend):
         return out
 
     def count(self) -> int:
-        total = 0
+        return self.census()[1]
+
+    def census(self) -> tuple[int, int]:
+        """The buckets that exist and the fingerprints they hold: HLEN of every bucket
+        that may exist (:meth:`bucket_keys`: what exists, at any capacity)."""
+        buckets = fields_ = 0
         for keys in self.bucket_keys():
             pipe = self.server.pipeline(transaction=False)
             for key in keys:
                 pipe.hlen(key)
-            total += sum(int(n) for n in pipe.execute())
-        return total
+            lengths = [int(n) for n in pipe.execute()]
+            buckets += sum(1 for n in lengths if n)
+            fields_ += sum(lengths)
+        return buckets, fields_
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -410,16 +417,20 @@ class CompactBackend(DedupBackend):
         return [CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})]
 
     def info(self) -> dict[str, Any]:
-        """As every backend's, with the buckets measured on a sample (a filter may have
-        millions): their keys and memory estimated."""
-        sample = self.sample()
+        """As every backend's: the buckets and their fingerprints counted (what exists),
+        their encoding and memory measured on a sample (MEMORY USAGE of every bucket
+        would cost far more)."""
+        buckets, held = self.census()
+        sample = replace(self.sample(), counted_buckets=buckets, counted_fields=held)
+        per = sample.bytes_per_fingerprint
+        buckets_memory = per * held if per else sample.estimated_memory
         small = [*self.stamp_keys, self.meta_key]
         info: dict[str, Any] = {
             "backend": self.name,
             "key": self.key,
-            "keys": len(small) + round(sample.estimated_buckets),
-            "memory_bytes": self.memory_usage(small) + round(sample.estimated_memory),
-            "fields": round(sample.estimated_fields),
+            "keys": len(small) + buckets,
+            "memory_bytes": self.memory_usage(small) + round(buckets_memory),
+            "fields": held,
             "expected_bytes_per_fingerprint": self.expected_bytes_per_fingerprint(),
             **asdict(sample),  # buckets, shards, capacity, what was sampled
         }
