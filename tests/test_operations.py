@@ -9,6 +9,7 @@ every link to it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -234,23 +235,34 @@ def test_a_fault_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_server, fau
 
 @pytest.mark.parametrize("batched", PATHS)
 def test_eviction_switched_on_mid_crawl_is_said(tmp_path, own_server, batched):
-    """maxmemory-policy allkeys-lru and a full server from the 20th page: the keys it
-    evicts are noticed while the crawl runs (not only at open): one WARNING naming the
-    policy, dedup/evicted_keys; and no page lost (evicted fingerprints are crawled
-    again, never taken for seen)."""
+    """maxmemory-policy allkeys-lru and a full server from the 20th page served to the
+    150th: the keys it evicts are noticed while the crawl runs (not only at open): one
+    WARNING naming the policy, dedup/evicted_keys; and no page lost (evicted
+    fingerprints are crawled again, never taken for seen). A filler key makes the
+    server evict at once; memory comes back so that the re-crawls it causes end."""
     client = redis.Redis(port=own_server.port)
 
     def evicting() -> None:
         client.config_set("maxmemory-policy", "allkeys-lru")
         client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1)
+        # Over the limit: the server evicts what it can, here and at each write (here
+        # it may evict every key it can and still have no room for this one).
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            client.set("filler", "x" * 100_000)
+
+    def back() -> None:
+        client.config_set("maxmemory", 0)
 
     site = Site(pages=300, links=10, linker=site_links).start()
     try:
         result = run(
-            tmp_path, site, [AtPage(20, evicting)], settings(own_server.url, "compact", batched)
+            tmp_path,
+            site,
+            [AtPage(20, evicting), AtPage(150, back)],
+            settings(own_server.url, "compact", batched),
         )
     finally:
-        client.config_set("maxmemory", 0)
+        back()
         client.config_set("maxmemory-policy", "noeviction")
     assert set(site.downloads) == set(range(site.pages))
     warned = [
