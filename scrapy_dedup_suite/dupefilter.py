@@ -347,6 +347,10 @@ class RFPDupeFilter(BaseDupeFilter):
             seen = True  # let through unrecorded before: crawled already, recorded now
         if known is not None:
             known.add(fp)
+        return self._counted(seen)
+
+    def _counted(self, seen: bool) -> bool:
+        """Count one request's answer (filtered or added); returns it."""
         if seen:
             self._count_filtered()
         elif self.stats is not None:
@@ -517,12 +521,7 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def _check_now(self, fp: str, expire: Any) -> bool:
         """One check-and-add of ``fp`` on the backend, counted as request_seen counts."""
-        seen = self.backend.check_and_add(fp, expire)
-        if seen:
-            self._count_filtered()
-        elif self.stats is not None:
-            self.stats.inc_value("dedup/added")
-        return seen
+        return self._counted(self.backend.check_and_add(fp, expire))
 
     def _reopen(self) -> bool:
         """Build the backend again from the settings and what the filter's record says
