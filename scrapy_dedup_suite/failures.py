@@ -21,6 +21,7 @@ from redis.exceptions import (
     AskError,
     BusyLoadingError,
     ClusterError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -60,11 +61,19 @@ TRANSIENT = (
     RedisClusterException,  # no node of the cluster reachable
     BusyLoadingError,  # LOADING
     OutOfMemoryError,  # OOM: full memory under noeviction
+    NoScriptError,  # still after the reload: a master the client had not discovered
 )
 
 #: Failures after which a cluster client's map of slots may be out of date (a slot
 #: moved, a node added or gone): the map is read again before the call is retried.
-RESHARDING = (ClusterError, TryAgainError, AskError, SlotNotCoveredError, ClientFailure)
+RESHARDING = (
+    ClusterError,
+    TryAgainError,
+    AskError,
+    SlotNotCoveredError,
+    NoScriptError,
+    ClientFailure,
+)
 
 #: Error codes redis-py has no class for that mean "not now" rather than "wrong": a
 #: long script running, too few replicas acknowledged.

@@ -150,7 +150,8 @@ def run_many(
     so the caller keeps the answers of the calls that ran.
 
     No call is ever sent twice if it may have run: a call refused with NOSCRIPT is
-    run again after ``on_noscript`` (default: load the script), one redirected
+    run again after ``on_noscript`` (default: load the script; refused again, it
+    answers the error under ``keep_errors``), one redirected
     (MOVED, ASK, TRYAGAIN: a cluster resharding) is sent again to where it now
     belongs, and nothing else is retried: redis-py's cluster pipeline would re-send a
     call whose connection broke, which may have run (an add answered "seen" by its
@@ -178,6 +179,8 @@ def run_many(
                     results[i] = client.execute_command(
                         "EVALSHA", script.sha, len(keys), *keys, *args
                     )
+                except NoScriptError:  # the master it moved to lacks the script
+                    refused.append(i)
                 except Exception as exc:
                     if not keep_errors:
                         raise
@@ -191,7 +194,14 @@ def run_many(
         if not refused:
             return results
         if attempt == 2:
-            raise NoScriptError(f"NOSCRIPT {script.name}: the server does not keep the script")
+            # Refused twice (a master the reload did not reach): those calls wrote
+            # nothing; the others ran and keep their answers.
+            error = NoScriptError(f"NOSCRIPT {script.name}: the server does not keep the script")
+            if not keep_errors:
+                raise error
+            for i in refused:
+                results[i] = error
+            return results
         if on_noscript is not None:
             on_noscript()
         else:

@@ -8,8 +8,10 @@ import logging
 import pytest
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 from scrapy.settings import Settings
 
+from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import (
     BloomBackend,
     HashBackend,
@@ -193,3 +195,24 @@ def test_unreachable_cluster_is_a_clear_error():
     )
     with pytest.raises(DedupConfigError, match="Cannot reach the Redis Cluster at"):
         get_redis(settings)
+
+
+def test_a_batch_keeps_the_calls_that_ran_when_one_master_keeps_refusing_its_script(server):
+    """A master that still lacks the script after the reload (one the client had not
+    discovered when it loaded it: a master added mid-crawl) refuses its own calls only:
+    the answers of the calls that ran elsewhere are kept, never thrown away with the
+    refusal (the batch's retry would then find their own writes and call new pages seen)."""
+    keys = [f"{{c:{i}}}:set" for i in range(30)]
+    by_master: dict[str, str] = {}
+    for key in keys:
+        by_master.setdefault(server.get_node_from_key(key).name, key)
+    assert len(by_master) == 3
+    refusing, *others = by_master.values()
+    scripts.SET_ADD.load(server)
+    server.get_node_from_key(refusing).redis_connection.script_flush()
+    calls = [([key], ["fp"]) for key in (refusing, *others)]
+    # The reload reaches the masters the client knows, never the refusing one.
+    answers = scripts.run_many(server, scripts.SET_ADD, calls, lambda: None, keep_errors=True)
+    assert isinstance(answers[0], NoScriptError)
+    assert answers[1:] == [[0], [0]]  # each ran once: "new", kept
+    assert server.exists(refusing) == 0

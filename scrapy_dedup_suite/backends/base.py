@@ -14,7 +14,7 @@ from redis.exceptions import AskError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..connection import is_cluster, nodes_of
+from ..connection import is_cluster, nodes_of, refresh_slots
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..failures import cluster_node_error
 from ..reports import Contents, FilterFill
@@ -187,6 +187,9 @@ class DedupBackend(ABC):
             self.name,
             self.key,
         )
+        # On a cluster, the master that refused may be one added since the slot map
+        # was read: read it again, so that the scripts are loaded there too.
+        refresh_slots(self.server)
         self._opened = False
         self.open()
 
