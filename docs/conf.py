@@ -23,5 +23,8 @@ myst_heading_anchors = 3
 exclude_patterns = ["_build"]
 html_theme = "furo"
 html_title = f"scrapy_dedup_suite {release}"
-# Figures of the benchmarks, written by ./dev bench (bench/results/), copied in by hand.
+copyright = f"2026, {author}"
+# The images in docs/figures/ are drawn by python -m bench.plots (./dev bench runs it); the
+# measured figures in the pages come from bench/figures.json (python -m bench.figures
+# --write README.md docs/*.md; tests/test_docs.py fails when a page disagrees).
 html_static_path: list[str] = []

@@ -9,6 +9,8 @@ import configparser
 import re
 from pathlib import Path
 
+from bench import figures, run
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
@@ -87,3 +89,58 @@ def test_the_settings_by_hand_are_what_the_addon_sets():
     # ... and the README and the front page send a user without the add-on there.
     for front in (ROOT / "README.md", DOCS / "index.md"):
         assert "getting-started.md#without-the-add-on" in front.read_text(encoding="utf-8")
+
+
+PAGES = [ROOT / "README.md", *sorted(p for p in DOCS.glob("*.md") if p.name != "changelog.md")]
+
+
+def test_every_measured_figure_in_the_pages_is_the_recorded_one():
+    """One place for each figure: bench/figures.json (``python -m bench.memory --record``);
+    ``python -m bench.figures --write README.md docs/*.md`` puts them into the pages."""
+    data = figures.load()
+    wrong = {
+        page.name: figures.differences(page.read_text(encoding="utf-8"), data) for page in PAGES
+    }
+    assert not {name: lines for name, lines in wrong.items() if lines}
+
+
+def test_a_page_that_disagrees_with_the_record_is_found():
+    data = figures.load()
+    recorded = figures.figure(data, "compact")
+    page = "compact costs 99.9 B<!-- figure: compact -->\n"
+    assert figures.differences(page, data) == [
+        "line 1: 'compact costs 99.9 B<!-- figure: compact -->' where bench/figures.json "
+        f"says 'compact costs {recorded}<!-- figure: compact -->'"
+    ]
+    table = "<!-- figures: memory-sizes -->\n| stale |\n<!-- /figures -->\n"
+    assert figures.differences(table, data)
+
+
+def test_every_memory_figure_in_the_readme_comes_from_the_record():
+    """The README's bytes per fingerprint are each in a table made from the record or
+    marked with the figure they quote: none is typed in by hand."""
+    text = figures.BLOCK.sub("", (ROOT / "README.md").read_text(encoding="utf-8"))
+    unmarked = [
+        line.strip()
+        for line in text.splitlines()
+        for m in re.finditer(r"\d[\d,]*(?:\.\d+)? B\b(?!\**<!-- figure: )", line)
+    ]
+    assert not unmarked
+
+
+def test_lists_of_backends_name_every_one():
+    from scrapy_dedup_suite.backends import BACKENDS, MIGRATION_TARGETS
+    from scrapy_dedup_suite.commands.info import Command
+
+    help_text = Command().long_desc()
+    assert [name for name in BACKENDS if name not in help_text] == []
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    targets = re.search(r"`migrate-set-to-bloom --to` takes (.*?) \(default", readme)
+    assert targets is not None
+    assert re.findall(r"`([\w-]+)`", targets.group(1)) == list(MIGRATION_TARGETS)
+    bench_page = " ".join((DOCS / "benchmarks.md").read_text(encoding="utf-8").split())
+    rows = re.search(
+        r"our backends that need no server module \((.*?): `bench.run.OURS`\)", bench_page
+    )
+    assert rows is not None
+    assert tuple(re.findall(r"`([\w-]+)`", rows.group(1))) == run.OURS

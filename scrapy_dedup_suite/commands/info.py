@@ -35,7 +35,7 @@ class Command(ScrapyCommand):
     def long_desc(self) -> str:
         return (
             "For the operator who wonders why a crawl filtered everything or nothing: for "
-            "each backend (set, hash, bloom, windowed-bloom), at the key it would use for "
+            f"each backend ({', '.join(BACKENDS)}), at the key it would use for "
             "this spider, what Redis holds: keys, types, memory, fingerprints or fill, "
             "layers, buckets and their expiry, hash fields and the share expired; the "
             "parameters a filter was created with when they differ from the settings. Reads "
