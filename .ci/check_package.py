@@ -55,7 +55,7 @@ def version() -> str:
 
 def check_contents(wheel: Path, sdist: Path) -> None:
     lua = sorted(p.name for p in (ROOT / "scrapy_dedup_suite" / "lua").glob("*.lua"))
-    migrations = sorted(p.name for p in (ROOT / "migrations").glob("*.py"))
+    migrations = sorted(p.name for p in (ROOT / "scrapy_dedup_suite" / "migrations").glob("*.py"))
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         entry_points = next(
@@ -77,7 +77,7 @@ def check_contents(wheel: Path, sdist: Path) -> None:
         "README.md",
         "scrapy_dedup_suite/py.typed",
         *(f"scrapy_dedup_suite/lua/{name}" for name in lua),
-        *(f"migrations/{name}" for name in migrations),
+        *(f"scrapy_dedup_suite/migrations/{name}" for name in migrations),
     ]
     missing += [f"sdist: {n}" for n in sources if n not in in_sdist]
     if missing:

@@ -20,7 +20,7 @@ def docs_text() -> str:
 
 
 def source_text() -> str:
-    paths = [*(ROOT / "scrapy_dedup_suite").rglob("*.py"), *(ROOT / "migrations").rglob("*.py")]
+    paths = list((ROOT / "scrapy_dedup_suite").rglob("*.py"))
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 
