@@ -1,9 +1,10 @@
 """The Lua scripts shipped in ``scrapy_dedup_suite/lua/``, loaded once per server.
 
 A :class:`LuaScript` is called with EVALSHA; when the server answers NOSCRIPT
-(after ``SCRIPT FLUSH``, a restart or a failover) it loads the source and tries
-once more. This is what redis-py's ``Script`` does, without its per-call
-overhead, which matters on the one-round-trip hot path.
+(after ``SCRIPT FLUSH``, a restart or a failover) it loads the source (or reopens the
+backend, which loads it) and tries once more: :meth:`LuaScript.__call__` for one call,
+:func:`run_many` for a pipeline of them. This is what redis-py's ``Script`` does,
+without its per-call overhead, which matters on the one-round-trip hot path.
 """
 
 from __future__ import annotations
@@ -72,12 +73,27 @@ class LuaScript:
     def load(self, client: Any) -> None:
         client.script_load(self.source)
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def evalsha(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA on ``client`` (a pipeline queues it): the one place it is written."""
+        return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    def __call__(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        on_noscript: Callable[[], None] | None = None,
+    ) -> Any:
+        """EVALSHA; on NOSCRIPT (a flush, restart or failover), ``on_noscript`` (by
+        default: load the script on ``client``), then once more."""
         try:
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return self.evalsha(client, keys, args)
         except NoScriptError:
-            self.load(client)
-            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            if on_noscript is None:
+                self.load(client)
+            else:
+                on_noscript()
+            return self.evalsha(client, keys, args)
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
@@ -163,8 +179,7 @@ def run_many(
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
         for i in todo:
-            keys, args = calls[i]
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            script.evalsha(pipe, *calls[i])
         if isinstance(pipe, ClusterPipeline):
             answers = _send_without_resending(pipe)
         else:
@@ -174,11 +189,8 @@ def run_many(
             if isinstance(answer, NoScriptError):
                 refused.append(i)
             elif isinstance(answer, (AskError, TryAgainError)):  # not run: MOVED, ASK, TRYAGAIN
-                keys, args = calls[i]
                 try:
-                    results[i] = client.execute_command(
-                        "EVALSHA", script.sha, len(keys), *keys, *args
-                    )
+                    results[i] = script.evalsha(client, *calls[i])
                 except NoScriptError:  # the master it moved to lacks the script
                     refused.append(i)
                 except Exception as exc:

@@ -51,11 +51,7 @@ def run(backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], a
     """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
     if backend.wait_replicas:
         return _run_and_wait(backend, script, keys, args)
-    try:
-        return backend.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        backend.reopen()
-        return backend.server.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    return script(backend.server, keys, args, backend.reopen)
 
 
 def _run_and_wait(
@@ -66,7 +62,7 @@ def _run_and_wait(
     :attr:`unreplicated` and logged; the answer stands)."""
     for attempt in (1, 2):
         pipe = backend.server.pipeline(transaction=False)
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        script.evalsha(pipe, keys, args)
         pipe.execute_command("WAIT", backend.wait_replicas, backend.wait_timeout_ms)
         answer, acked = pipe.execute(raise_on_error=False)
         if isinstance(answer, NoScriptError) and attempt == 1:
