@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import redis
 from scrapy import Request
-from scrapy_dedup_suite.migrations import SetMigration
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
@@ -38,6 +37,7 @@ from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.janitor import Janitor
+from scrapy_dedup_suite.migrations import SetMigration
 
 SIZES = {
     # n: fingerprints for memory and false-positive rate; speed: requests per

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import redis
 from scrapy.settings import Settings
-from scrapy_dedup_suite.migrations.errors import TargetError
-from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.backends.hash import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.failures import code_of
+from scrapy_dedup_suite.migrations.errors import TargetError
+from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
 from scrapy_dedup_suite.options import HashOptions
 
 from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args, stored_expiry_ms

@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
-from scrapy_dedup_suite.migrations import SetMigration, VerificationError
-from scrapy_dedup_suite.migrations.writers import positions
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
+from scrapy_dedup_suite.migrations import SetMigration, VerificationError
+from scrapy_dedup_suite.migrations.writers import positions
 from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args
@@ -333,9 +333,8 @@ def test_delete_source_removes_only_what_the_target_holds(server):
 
 
 def test_a_set_migrates_into_the_hash_backend(server):
-    from scrapy_dedup_suite.migrations import TargetError
-
     from scrapy_dedup_suite.backends import HashBackend, SetBackend
+    from scrapy_dedup_suite.migrations import TargetError
 
     members = [*fingerprints(3000), "not-a-hex-digest"]  # hash stores any string
     fill_set(server, "src", members)

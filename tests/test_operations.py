@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import redis
 from scrapy.settings import Settings
-from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
 from scrapy_dedup_suite.backends.hash import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
 from scrapy_dedup_suite.options import HashOptions
 
 from .helpers import SETTINGS_ROWS, crawl

@@ -9,13 +9,13 @@ from collections import Counter
 
 import pytest
 from scrapy.settings import Settings
-from scrapy_dedup_suite.migrations import SetMigration
-from scrapy_dedup_suite.migrations.writers import LayeredBitsWriter
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
 from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
+from scrapy_dedup_suite.migrations import SetMigration
+from scrapy_dedup_suite.migrations.writers import LayeredBitsWriter
 from scrapy_dedup_suite.options import BloomOptions
 from scrapy_dedup_suite.windows import WindowSpec
 
