@@ -189,9 +189,13 @@ class LiveBuckets:
         window: WindowSpec,
         prefixes: Sequence[str],
         clock: Callable[[], float] | None = None,
+        *,
+        name: Callable[[str, str], str],
     ) -> None:
+        """``name(prefix, label)``: the key of a block's bucket (keys.time_bucket_key)."""
         self.window = window
         self.prefixes = list(prefixes)
+        self._name = name
         self.clock = clock
         self._server_then = 0.0
         self._mono_then = -math.inf
@@ -208,7 +212,7 @@ class LiveBuckets:
         return self._server_then + (mono - self._mono_then)
 
     def key(self, block: int, bucket: Bucket) -> str:
-        return f"{self.prefixes[block]}:{bucket.label}"
+        return self._name(self.prefixes[block], bucket.label)
 
     def at(self, now: float) -> Live:
         """The live buckets at ``now``, one snapshot (replaced whole when the bucket

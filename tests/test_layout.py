@@ -5,6 +5,8 @@ first (it would need a new LAYOUT_VERSION, and to keep reading the old one). No 
 from __future__ import annotations
 
 import hashlib
+import re
+from pathlib import Path
 
 from scrapy_dedup_suite.backends.keys import spread
 from scrapy_dedup_suite.bloom_math import BloomParams
@@ -45,3 +47,18 @@ def test_compact_buckets_and_fields_come_from_the_sha1_of_the_fingerprint():
     assert backend.bucket_key(3599) == "{k:15}:3599"
     assert backend.stamp_keys[15] == "{k:15}:meta"
     assert backend.locate("https://x/")[0] == backend.locate("https://x/")[0]  # any string
+
+
+def test_key_names_are_built_in_keys_py_only():
+    """keys.py is the one place a Redis key's name is made: no other module of the
+    package joins a filter's key with a tag or a suffix itself."""
+    package = Path(__file__).resolve().parent.parent / "scrapy_dedup_suite"
+    building = re.compile(r"""f"\{(?:self\.)?key\}:|f"\{\{\{|"\{" \+ |:L\{""")
+    found = [
+        f"{path.relative_to(package)}:{n}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "keys.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if building.search(line)
+    ]
+    assert not found

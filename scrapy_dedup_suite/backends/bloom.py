@@ -13,7 +13,6 @@ the stamp, STRLEN and SETBIT of the missing bits).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,16 +30,11 @@ from ..settings_table import default
 from . import admission
 from .base import DedupBackend
 from .capabilities import Capabilities
-from .keys import as_str, meta_key, migrating_key, migration_state_key
+from .keys import as_str, block_prefix, block_re, meta_key, migrating_key, migration_state_key
 from .record import MetaSpec
 from .shape import Scalable, Shape, make_shape
 
 logger = logging.getLogger(__name__)
-
-
-def block_prefix(key: str, block: int) -> str:
-    """Hash-tagged name shared by everything stored for one block."""
-    return f"{{{key}:{block}}}"
 
 
 def default_params() -> BloomParams:
@@ -66,7 +60,7 @@ class BlockedBloom(DedupBackend):
         self.meta_key = meta_key(key)
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
         self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
-        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self._block_re = block_re(key)
         self.shape: Shape = make_shape(params, scaling, key)
 
     # -- the shape ---------------------------------------------------------------------

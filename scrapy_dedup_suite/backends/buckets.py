@@ -9,7 +9,6 @@ moment it leaves the window, so Redis frees old buckets by itself.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -17,6 +16,7 @@ from .. import scripts
 from ..reports import FilterFill, TimeWindow
 from ..settings_table import default
 from ..windows import Bucket, Live, LiveBuckets, WindowSpec
+from .keys import block_re, time_bucket_key
 
 
 def default_window() -> WindowSpec:
@@ -42,11 +42,8 @@ class Windowed:
 
     def init_window(self, window: WindowSpec | None, clock: Callable[[], float] | None) -> None:
         self.window = window or default_window()
-        self.buckets = LiveBuckets(self.window, self.prefixes, clock)
-        self._bucket_re = re.compile(
-            "^" + re.escape("{" + self.key + ":") + r"([0-9]+)" + re.escape("}:")
-            + r"([0-9]+)(" + self.bucket_suffix + r")?$"
-        )  # fmt: skip
+        self.buckets = LiveBuckets(self.window, self.prefixes, clock, name=time_bucket_key)
+        self._bucket_re = block_re(self.key, r"\}:([0-9]+)(" + self.bucket_suffix + r")?$")
 
     # -- time --------------------------------------------------------------------------
 

@@ -50,7 +50,18 @@ from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
-from .keys import BATCH, META, as_str, chunks, keys_held, meta_key, scan_keys, slot_sibling
+from .keys import (
+    BATCH,
+    META,
+    as_str,
+    bucket_prefix,
+    chunks,
+    keys_held,
+    meta_key,
+    scan_keys,
+    shard_key,
+    slot_sibling,
+)
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -115,10 +126,10 @@ class CompactBackend(DedupBackend):
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self._buckets = buckets
         self.meta_key = meta_key(key)
-        groups = [f"{key}:{g}" for g in range(self.shards)]
+        groups = [shard_key(key, g) for g in range(self.shards)]
         # Each group's stamp, and the prefix of its buckets' keys, in the group's slot.
         self.stamp_keys = [slot_sibling(group, META) for group in groups]
-        self._prefixes = [slot_sibling(group, ":")[:-1] + ":" for group in groups]
+        self._prefixes = [bucket_prefix(group) for group in groups]
         #: The server's listpack limits (entries, value), read once an open (None: CONFIG
         #: refused), and whether they have been read.
         self.limits: tuple[int, int] | None = None

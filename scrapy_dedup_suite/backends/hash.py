@@ -33,7 +33,7 @@ from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
-from .keys import META, as_str, meta_key, slot_sibling, spread
+from .keys import META, as_str, meta_key, shard_key, slot_sibling, spread
 from .purge import OnScan, PurgeStep, scan_fields
 from .record import MetaSpec
 
@@ -48,10 +48,10 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
     record) its stamps', else layout 1 where its first shard exists alone; None when
     nothing of a hash filter is there (a new filter). One round trip, two where a
     record is found."""
-    stamps = [slot_sibling(f"{key}:{i}", META) for i in range(shards)]
+    stamps = [slot_sibling(shard_key(key, i), META) for i in range(shards)]
     pipe = server.pipeline(transaction=False)
     pipe.type(meta_key(key))
-    pipe.type(f"{key}:0")
+    pipe.type(shard_key(key, 0))
     for stamp in stamps:
         pipe.get(stamp)
     record_type, first_shard, *said = pipe.execute(raise_on_error=False)
@@ -92,7 +92,7 @@ class HashBackend(ExpiringHash):
         self._init_expiry(expire, field_expiry)
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
-        self.shard_keys = [f"{key}:{i}" for i in range(self.shards)]
+        self.shard_keys = [shard_key(key, i) for i in range(self.shards)]
         # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
         self.stamp_keys = [slot_sibling(shard, META) for shard in self.shard_keys]
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))

@@ -42,7 +42,7 @@ from .expiry import (
     ExpiringHash,
     expiry_sample,
 )
-from .keys import BATCH, as_str, keys_held, prefix_pattern, slot_sibling
+from .keys import BATCH, TTL_PROBE, as_str, keys_held, prefix_pattern, shard_key, slot_sibling
 from .purge import OnScan, PurgeStep, purge_buckets
 from .record import MetaSpec
 
@@ -101,7 +101,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     def server_expiry_unsuited(self) -> str | None:
         """A probe hash with one field TTL in each group's slot: where the server keeps it
         as a hashtable (Valkey 9), field TTLs would take 3-4x the janitor's memory."""
-        probes = [slot_sibling(f"{self.key}:{g}", ":ttl-probe") for g in range(self.shards)]
+        probes = [slot_sibling(shard_key(self.key, g), TTL_PROBE) for g in range(self.shards)]
         pipe = self.server.pipeline(transaction=False)
         for probe in probes:
             pipe.hset(probe, "f", "")

@@ -35,6 +35,43 @@ def layers_key(base: str) -> str:
     return f"{base}{LAYERS}"
 
 
+def block_prefix(key: str, block: int) -> str:
+    """Hash-tagged name shared by everything stored for one Bloom block (its slot)."""
+    return f"{{{key}:{block}}}"
+
+
+def block_re(key: str, rest: str = r"\}") -> re.Pattern[str]:
+    """What matches the keys of the blocks of the filter at ``key``, the block's number
+    as group 1 (``rest``: the pattern after the number; by default the closing tag)."""
+    return re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)" + rest)
+
+
+def time_bucket_key(prefix: str, label: str) -> str:
+    """A windowed filter's bucket of a block: the block's prefix and the bucket's start."""
+    return f"{prefix}:{label}"
+
+
+def bucket_prefix(group_key: str) -> str:
+    """The start of the names of a group's buckets (compact, hash): in the group's slot,
+    so that a bucket's key is this and its number."""
+    return slot_sibling(group_key, ":")[:-1] + ":"
+
+
+#: The suffix of the key that probes whether a server expires hash fields.
+TTL_PROBE = ":ttl-probe"
+
+
+def shard_key(key: str, group: int) -> str:
+    """A hash shard of the layout-1 hash filter, or the base of a bucket group."""
+    return f"{key}:{group}"
+
+
+def layer_key(base: str, j: int) -> str:
+    """Layer ``j`` of a scalable Bloom filter, from 0: the first is ``base`` itself,
+    then ``base:L1``, ``base:L2``..."""
+    return base if j == 0 else f"{base}:L{j}"
+
+
 def migrating_key(prefix: str) -> str:
     """The bitmap a migration uploads beside a Bloom block before ORing it in."""
     return f"{prefix}:migrating"

@@ -23,7 +23,6 @@ created again with its own parameters, never the server's defaults.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,10 +39,17 @@ from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
-from .bloom import block_prefix
 from .buckets import Windowed
 from .capabilities import Capabilities
-from .keys import NATIVE_BLOOM_TYPE, as_str, meta_key, migration_state_key, spread
+from .keys import (
+    NATIVE_BLOOM_TYPE,
+    as_str,
+    block_prefix,
+    block_re,
+    meta_key,
+    migration_state_key,
+    spread,
+)
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -82,7 +88,7 @@ class NativeBloomBackend(DedupBackend):
         self.meta_key = meta_key(key)
         self.prefixes = [block_prefix(key, b) for b in range(self.params.blocks)]
         self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
-        self._block_re = re.compile("^" + re.escape("{" + key + ":") + r"([0-9]+)\}")
+        self._block_re = block_re(key)
         self._filters = [[prefix] for prefix in self.prefixes]
 
     @classmethod

@@ -20,7 +20,7 @@ from .. import scripts
 from ..bloom_math import BloomParams, Layer, Scaling
 from ..exceptions import FilterMismatchError
 from .base import LAYOUT_VERSION
-from .keys import layers_key
+from .keys import layer_key, layers_key
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class Scalable(Shape):
 
     def layer_keys(self, base: str) -> list[str]:
         """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
-        return [base] + [f"{base}:L{j}" for j in range(1, len(self.layers))]
+        return [layer_key(base, j) for j in range(len(self.layers))]
 
     def group(self, stamp_key: str, filters: Sequence[str]) -> list[str]:
         keys = [stamp_key]

@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from scrapy_dedup_suite import scripts
-from scrapy_dedup_suite.backends.bloom import block_prefix
-from scrapy_dedup_suite.backends.keys import as_str, layers_key, migrating_key
+from scrapy_dedup_suite.backends.keys import as_str, block_prefix, layers_key, migrating_key
 from scrapy_dedup_suite.bloom_math import SCHEME_PRIME, BloomParams, is_hex_fingerprint
 
 from .report import Report
