@@ -42,7 +42,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from .backends import DedupBackend, admission
-from .backends.keys import as_str, janitor_lock_key, janitor_state_key
+from .backends.keys import as_str, janitor_lock_key, janitor_state_key, read_hash
 from .backends.purge import OnScan
 from .options import JanitorOptions
 from .reports import FilterFill
@@ -212,7 +212,7 @@ class Janitor:
     def _purge(self, units: list[str], report: JanitorReport) -> None:
         """Walk the backend's purge units in order, one step at a time (the layout's:
         backends/purge.py), saving (unit, cursor) after each step."""
-        state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+        state = read_hash(self.server, self.state_key)
         try:
             unit = int(state.get("shard", 0))
             cursor = int(state.get("cursor", 0))

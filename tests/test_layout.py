@@ -49,16 +49,25 @@ def test_compact_buckets_and_fields_come_from_the_sha1_of_the_fingerprint():
     assert backend.locate("https://x/")[0] == backend.locate("https://x/")[0]  # any string
 
 
-def test_key_names_are_built_in_keys_py_only():
-    """keys.py is the one place a Redis key's name is made: no other module of the
-    package joins a filter's key with a tag or a suffix itself."""
+def lines_outside_keys_py(pattern: str) -> list[str]:
+    """Each line of the package, keys.py aside, that ``pattern`` finds."""
     package = Path(__file__).resolve().parent.parent / "scrapy_dedup_suite"
-    building = re.compile(r"""f"\{(?:self\.)?key\}:|f"\{\{\{|"\{" \+ |:L\{""")
-    found = [
+    found = re.compile(pattern)
+    return [
         f"{path.relative_to(package)}:{n}: {line.strip()}"
         for path in sorted(package.rglob("*.py"))
         if path.name != "keys.py"
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if building.search(line)
+        if found.search(line)
     ]
-    assert not found
+
+
+def test_key_names_are_built_in_keys_py_only():
+    """keys.py is the one place a Redis key's name is made: no other module of the
+    package joins a filter's key with a tag or a suffix itself."""
+    assert not lines_outside_keys_py(r"""f"\{(?:self\.)?key\}:|f"\{\{\{|"\{" \+ |:L\{""")
+
+
+def test_a_stored_record_is_read_in_keys_py_only():
+    """A parameter record or a saved state is read and decoded by keys.read_hash alone."""
+    assert not lines_outside_keys_py(r"\bhgetall\(")

@@ -30,7 +30,14 @@ from ..settings_table import default
 from . import admission
 from .base import DedupBackend
 from .capabilities import Capabilities
-from .keys import as_str, block_prefix, block_re, meta_key, migrating_key, migration_state_key
+from .keys import (
+    block_prefix,
+    block_re,
+    meta_key,
+    migrating_key,
+    migration_state_key,
+    read_hash,
+)
 from .record import MetaSpec
 from .shape import Scalable, Shape, make_shape
 
@@ -142,7 +149,7 @@ class BlockedBloom(DedupBackend):
         """
         if not isinstance(self.shape, Scalable):
             return
-        stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.meta_key).items()}
+        stored = read_hash(self.server, self.meta_key)
         if stored.get("scaling") != "1" or "capacity" not in stored:
             return
         try:

@@ -58,6 +58,7 @@ from .keys import (
     chunks,
     keys_held,
     meta_key,
+    read_hash,
     scan_keys,
     shard_key,
     slot_sibling,
@@ -213,8 +214,7 @@ class CompactBackend(DedupBackend):
         listpack limit give (a new filter, or one the record refuses at open)."""
         stored = []
         if as_str(self.server.type(self.meta_key)) == "hash":
-            record = self.server.hgetall(self.meta_key)
-            stored.append({as_str(k): as_str(v) for k, v in record.items()})
+            stored.append(read_hash(self.server, self.meta_key))
         else:
             pipe = self.server.pipeline(transaction=False)
             for key in self.stamp_keys:

@@ -33,7 +33,7 @@ from ..settings_table import check, default
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
-from .keys import META, as_str, meta_key, shard_key, slot_sibling, spread
+from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling, spread
 from .purge import OnScan, PurgeStep, scan_fields
 from .record import MetaSpec
 
@@ -56,7 +56,7 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
         pipe.get(stamp)
     record_type, first_shard, *said = pipe.execute(raise_on_error=False)
     if as_str(record_type) == "hash":
-        record = {as_str(k): as_str(v) for k, v in server.hgetall(meta_key(key)).items()}
+        record = read_hash(server, meta_key(key))
         if record.get("backend") == HashBackend.name:
             return record.get("layout")
         return None

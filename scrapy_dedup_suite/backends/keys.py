@@ -92,6 +92,12 @@ def as_str(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+def read_hash(server: Any, key: str) -> dict[str, str]:
+    """A hash's fields and values as text: a parameter record, a run's saved state
+    (empty if there is none). The one place a stored record is decoded."""
+    return {as_str(k): as_str(v) for k, v in server.hgetall(key).items()}
+
+
 def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
     batch: list[str] = []
     for item in items:

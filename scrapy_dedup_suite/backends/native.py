@@ -48,6 +48,7 @@ from .keys import (
     block_re,
     meta_key,
     migration_state_key,
+    read_hash,
     spread,
 )
 from .record import MetaSpec
@@ -137,7 +138,7 @@ class NativeBloomBackend(DedupBackend):
     def _before_writing(self, found: dict[str, str]) -> None:
         if found.get(self.meta_key) == "hash":
             # The record first: it names the setting that differs and its stored value.
-            stored = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.meta_key).items()}
+            stored = read_hash(self.server, self.meta_key)
             if stored:
                 self.compare_meta(self.meta_spec(), stored)
         self.check_filters([k for k, kind in found.items() if kind != "none" and self.is_filter(k)])

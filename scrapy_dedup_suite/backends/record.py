@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from .. import scripts
 from ..exceptions import FilterMismatchError, WrongKeyTypeError
 from ..failures import code_of
-from .keys import as_str
+from .keys import as_str, read_hash
 
 if TYPE_CHECKING:
     from .base import DedupBackend
@@ -155,7 +155,7 @@ def check_stamps(backend: DedupBackend, found: Mapping[str, str], spec: MetaSpec
         stamps = {k: as_str(v) for k, v in zip(stamp_keys, pipe.execute()) if v is not None}
     if any(stamp != spec.stamp for stamp in stamps.values()) and found.get(spec.key) == "hash":
         # The record says the same in the user's terms (capacity, error rate).
-        record = {as_str(k): as_str(v) for k, v in backend.server.hgetall(spec.key).items()}
+        record = read_hash(backend.server, spec.key)
         if record:
             backend.compare_meta(spec, record)
     for key, stamp in stamps.items():
@@ -250,6 +250,6 @@ def verify(backend: DedupBackend) -> bool:
     check_stamps(backend, found, spec)
     if found[spec.key] == "none":
         return any(kind != "none" for kind in found.values())
-    stored = {as_str(k): as_str(v) for k, v in backend.server.hgetall(spec.key).items()}
+    stored = read_hash(backend.server, spec.key)
     backend.compare_meta(spec, stored)
     return True

@@ -12,7 +12,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
-from ..backends.keys import as_str, meta_key
+from ..backends.keys import meta_key, read_hash
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
@@ -93,11 +93,10 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             stored = backend.verify()
         except DedupError as exc:
             # Stored with other parameters (or damaged): show what the record says.
-            record = server.hgetall(meta_key(key))
             entry.update(
                 stored=True,
                 problem=str(exc),
-                record={as_str(k): as_str(v) for k, v in record.items()},
+                record=read_hash(server, meta_key(key)),
             )
             out[name] = entry
             continue

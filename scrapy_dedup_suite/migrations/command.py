@@ -17,7 +17,7 @@ from scrapy_dedup_suite.backends import (
     dupefilter_key,
     get_backend_class,
 )
-from scrapy_dedup_suite.backends.keys import as_str
+from scrapy_dedup_suite.backends.keys import read_hash
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
 from scrapy_dedup_suite.connection import UNREACHABLE
 from scrapy_dedup_suite.exceptions import DedupError
@@ -204,15 +204,14 @@ class Command(ScrapyCommand):
     @staticmethod
     def _interrupted(migration: SetMigration | None) -> str:
         """What Ctrl-C left: how far the saved checkpoint is, and how to go on."""
-        state: dict[Any, Any] = {}
+        saved: dict[str, str] = {}
         if migration is not None:
             try:
-                state = migration.server.hgetall(migration.state_key)
+                saved = read_hash(migration.server, migration.state_key)
             except Exception:  # (Redis gone too: say what is known)
-                state = {}
-        if migration is None or not state:
+                saved = {}
+        if migration is None or not saved:
             return "interrupted before anything was written; run the same command again"
-        saved = {as_str(k): as_str(v) for k, v in state.items()}
         done = int(saved.get("migrated", 0) or 0)
         stage = "all read, not yet verified" if saved.get("scanned") else "read so far"
         return (

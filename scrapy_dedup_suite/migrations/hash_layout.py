@@ -42,7 +42,13 @@ from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends.expiry import BY_SERVER
 from scrapy_dedup_suite.backends.hash import SHARDS_LAYOUT, HashBackend, build, stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import BUCKETS_LAYOUT, HashBucketsBackend
-from scrapy_dedup_suite.backends.keys import as_str, chunks, meta_key, migration_state_key
+from scrapy_dedup_suite.backends.keys import (
+    as_str,
+    chunks,
+    meta_key,
+    migration_state_key,
+    read_hash,
+)
 from scrapy_dedup_suite.config import human_bytes
 from scrapy_dedup_suite.connection import server_time_ms
 from scrapy_dedup_suite.exceptions import DedupError, WrongKeyTypeError
@@ -176,7 +182,7 @@ class HashLayoutConversion:
 
     def plan(self) -> ConversionPlan:
         """Check everything and say what a run would do; writes nothing."""
-        state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+        state = read_hash(self.server, self.state_key)
         self._under_way = state.get("mode") == MODE
         if self._under_way:
             return self._resume_plan(state)
@@ -250,7 +256,7 @@ class HashLayoutConversion:
             raise TargetError(f"The filter at {self.key!r} refuses these settings: {exc}") from exc
 
     def _no_source(self) -> str:
-        record = {as_str(k): as_str(v) for k, v in self.server.hgetall(meta_key(self.key)).items()}
+        record = read_hash(self.server, meta_key(self.key))
         if record.get("backend") not in (None, "hash"):
             return (
                 f"{self.key!r} holds a {record['backend']} filter, not a hash filter; nothing "

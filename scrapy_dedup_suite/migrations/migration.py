@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy_dedup_suite.backends import DedupBackend
-from scrapy_dedup_suite.backends.keys import as_str, migration_state_key
+from scrapy_dedup_suite.backends.keys import as_str, migration_state_key, read_hash
 from scrapy_dedup_suite.bloom_math import BloomParams, is_hex_fingerprint
 from scrapy_dedup_suite.exceptions import DedupError
 
@@ -287,7 +287,7 @@ class SetMigration:
         # Names this run in the round tokens (see _merge); a resumed run keeps it.
         run_id = uuid.uuid4().hex[:12]
         if resume:
-            state = {as_str(k): as_str(v) for k, v in self.server.hgetall(self.state_key).items()}
+            state = read_hash(self.server, self.state_key)
             if state and state.get("source") == self.source:
                 cursor = int(state.get("cursor", 0))
                 run_id = state.get("run", run_id)
