@@ -9,7 +9,7 @@ Each round offers N new requests, then the same N again (duplicates), to each fi
 in turn; the best round of each is reported, as requests/s and as a ratio to
 scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
 batches of --batch (a page's links) through the path BatchDedupMiddleware takes
-(``prepare_batch``, ``check_batch``, ``account``), fingerprinting included.
+(``df.batches``: ``prepare``, ``check``, ``account``), fingerprinting included.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
         admitted = 0
         for start in range(0, len(requests), size):
             chunk = requests[start : start + size]
-            batch = df.prepare_batch(chunk)
-            new = df.account(batch, df.check_batch(batch))
+            batch = df.batches.prepare(chunk)
+            new = df.batches.account(batch, df.batches.check(batch))
             admitted += sum(not df.request_seen(r) for r in new)  # as the scheduler admits them
         return time.perf_counter() - started, admitted
 

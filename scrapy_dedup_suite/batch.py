@@ -2,8 +2,9 @@
 trip per master (:func:`check`), what each one's outcome is, and the requests a batch
 admitted before the scheduler asks about them (:class:`Admitted`).
 
-``BatchDedupMiddleware`` drives it through the dupefilter: ``prepare_batch`` on the
-reactor thread, ``check_batch`` in a thread, ``account`` on the reactor thread.
+``BatchDedupMiddleware`` drives it through the dupefilter's :class:`Batches`
+(``df.batches``): ``prepare`` on the reactor thread, ``check`` in a thread,
+``account`` on the reactor thread.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from .exceptions import DedupBackendError
 from .failures import ErrorPolicy, as_failure, code_of, is_transient, translate
 
 if TYPE_CHECKING:
-    from scrapy import Request
-    from scrapy.statscollectors import StatsCollector
+    from scrapy import Request, Spider
 
     from .backends.base import DedupBackend
-    from .local_cache import KnownFingerprints, Unrecorded
+    from .dupefilter import RFPDupeFilter
+    from .local_cache import Unrecorded
+
+logger = logging.getLogger(__name__)
 
 #: What a batch found for each fingerprint (:attr:`BatchResult.outcomes`).
 SEEN = "seen"  # a duplicate: dropped
@@ -202,112 +205,175 @@ def _unseen(
     return [i for i, seen in zip(indices, found) if not seen]
 
 
-def check_batch(
-    backend: DedupBackend, policy: ErrorPolicy, batch: Batch, patience: float = 0.0
-) -> BatchResult:
-    """:func:`check` for the fingerprints of ``batch`` the local cache does not know
-    (those it knows answer "seen")."""
-    if not any(batch.known):
-        return check(backend, policy, batch.fingerprints, batch.expires, patience)
-    todo = [i for i, known in enumerate(batch.known) if not known]
-    if not todo:
-        return BatchResult([SEEN] * len(batch.known))
-    sent = check(
-        backend,
-        policy,
-        [batch.fingerprints[i] for i in todo],
-        [batch.expires[i] for i in todo],
-        patience,
-    )
-    outcomes = [SEEN] * len(batch.known)
-    for j, i in enumerate(todo):
-        outcomes[i] = sent.outcomes[j]
-    sent.outcomes = outcomes
-    return sent
+class Batches:
+    """A dupefilter's batch path: it owns what batches admitted (:attr:`admitted`)
+    until the scheduler asks about those requests. ``BatchDedupMiddleware`` calls
+    :meth:`prepare` on the reactor thread, :meth:`check` in a thread, and
+    :meth:`account` on the reactor thread."""
 
+    def __init__(self, df: RFPDupeFilter) -> None:
+        self.df = df
+        #: What batches recorded as new and let through: the dupefilter's
+        #: request_seen answers "new" for them without a round trip.
+        self.admitted = Admitted()
 
-def count_stats(
-    stats: StatsCollector | None, batch: Batch, result: BatchResult, tally: Counter[str]
-) -> None:
-    """A batch's stats, as the per-request path counts them (``dedup/filtered`` apart);
-    ``tally``: how many of each outcome (``Counter(result.outcomes)``)."""
-    if stats is None:
-        return
-    stats.inc_value("dedup/batches")
-    stats.inc_value("dedup/batched", len(batch.requests))
-    if result.retries:
-        stats.inc_value("dedup/retries", result.retries)
-    if result.read_only:
-        stats.inc_value("dedup/read_only_filtered", result.read_only)
-    failed = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
-    if failed:
-        stats.inc_value("dedup/errors", failed)
-    for outcome, name in (
-        (NEW, "dedup/added"),
-        (AMBIGUOUS, "dedup/ambiguous"),
-        (DEFERRED, "dedup/batch_deferred"),
-    ):
-        if tally.get(outcome):
-            stats.inc_value(name, tally[outcome])
+    def prepare(self, requests: Sequence[Request]) -> Batch:
+        """Fingerprints and expiries of ``requests``, and which the local cache knows
+        (on the reactor thread: the fingerprinter, the cache and the stats are not
+        thread-safe)."""
+        df = self.df
+        fps = [df.fingerprint_of(request) for request in requests]
+        if df.uses_expire:
+            expires = [df.expiry.of(request) for request in requests]
+        else:
+            expires = [None] * len(fps)
+        known = df.known
+        cached = [fp in known for fp in fps] if known is not None else [False] * len(fps)
+        return Batch(requests, fps, expires, cached)
 
-
-def warn(logger: logging.Logger, result: BatchResult, tally: Counter[str]) -> None:
-    """Say what a batch let through unchecked, or left to the scheduler's own check."""
-    unchecked = tally[UNCHECKED]
-    if unchecked and result.error is not None:  # (an unchecked request has its failure)
-        logger.warning(
-            "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
-            "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
-            {"count": unchecked, "error": failure_text(result.error)},
+    def check(self, batch: Batch, patience: float = 0.0) -> BatchResult:
+        """:func:`check` for the fingerprints of ``batch`` the local cache does not know
+        (those it knows answer "seen"). Blocking and touching no stats: safe in a
+        thread."""
+        if not any(batch.known):
+            return self.check_fingerprints(batch.fingerprints, batch.expires, patience)
+        todo = [i for i, known in enumerate(batch.known) if not known]
+        if not todo:
+            return BatchResult([SEEN] * len(batch.known))
+        sent = self.check_fingerprints(
+            [batch.fingerprints[i] for i in todo], [batch.expires[i] for i in todo], patience
         )
-    deferred = tally[DEFERRED]
-    if deferred:
-        logger.warning(
-            "Redis refused a batch call for %(count)d request(s) (%(error)s); it wrote "
-            "nothing, and the scheduler checks each of them as without the batch",
-            {"count": deferred, "error": result.refused},
-        )
+        outcomes = [SEEN] * len(batch.known)
+        for j, i in enumerate(todo):
+            outcomes[i] = sent.outcomes[j]
+        sent.outcomes = outcomes
+        return sent
 
+    def check_fingerprints(
+        self,
+        fingerprints: Sequence[str],
+        expires: Sequence[float | None] | None = None,
+        patience: float = 0.0,
+    ) -> BatchResult:
+        """:func:`check` on the dupefilter's backend, under its error policy."""
+        return check(self.df.backend, self.df.policy, fingerprints, expires, patience)
 
-def sort_out(
-    batch: Batch,
-    result: BatchResult,
-    known: KnownFingerprints | None,
-    admitted: Admitted,
-    unrecorded: Unrecorded | None = None,
-) -> tuple[list[Request], list[Request], int]:
-    """Admit a batch's new requests and learn what it found: returns the requests to
-    pass on (the new ones, and the DEFERRED ones that the scheduler checks one by one),
-    the duplicates, and how many of those the local cache answered. An UNCHECKED
-    request this process let through unrecorded before is a duplicate; one it let
-    through and Redis now says is new was crawled already (``unrecorded``)."""
-    passed: list[Any] = []
-    duplicates: list[Any] = []
-    cached = 0
-    for request, fp, outcome, was_known in zip(
-        batch.requests, batch.fingerprints, result.outcomes, batch.known
-    ):
-        if unrecorded:  # (empty unless Redis failed: then each such page passes once)
-            if outcome == UNCHECKED:
-                if fp in unrecorded:
+    def account(
+        self, batch: Batch, result: BatchResult, spider: Spider | None = None
+    ) -> list[Request]:
+        """Count and log a batch's answers as request_seen would, admit its new
+        requests (their request_seen answers False with no round trip), and return the
+        requests to pass on: the new ones and the DEFERRED ones, which the scheduler
+        checks one by one. Then raise ``result.failure``, if any, yourself (in a running
+        crawl the crawl is stopped instead, and the failed requests passed on)."""
+        df = self.df
+        if result.failure is not None and df.recovery.stop_crawl(result.failure):
+            # DEDUP_ON_ERROR='raise' in a running crawl: stopped, and the requests Redis
+            # could not check go to the scheduler's queue instead of being dropped.
+            result.outcomes = [UNCHECKED if o == FAILED else o for o in result.outcomes]
+            result.failure = None
+        tally = Counter(result.outcomes)
+        if df.eviction.due(len(batch.requests)):
+            df.watch_eviction()
+        self._count_stats(batch, result, tally)
+        self._warn(result, tally)
+        unrecorded = df.recovery.unrecorded
+        passed, duplicates, cached = self._sort_out(batch, result, unrecorded)
+        if unrecorded.let_through_again:
+            df.counts.count("dedup/unrecorded_filtered", unrecorded.let_through_again)
+        unrecorded.let_through_again = 0
+        if spider is not None:
+            for request in duplicates:
+                df.log(request, spider)
+        df.counts.filtered(len(duplicates) - cached, cached)
+        return passed
+
+    def report_unclaimed(self) -> int:
+        """Say (once) how many requests a batch recorded as new that never reached the
+        scheduler: their pages are recorded but were not queued. Returns that number."""
+        count = self.admitted.take_unclaimed()
+        if count:
+            self.df.counts.count("dedup/batch_unclaimed", count)
+            logger.warning(
+                "%d request(s) that BatchDedupMiddleware recorded as new never reached the "
+                "scheduler (a component after it dropped them): their pages are recorded as "
+                "seen without having been queued",
+                count,
+            )
+        return count
+
+    def _count_stats(self, batch: Batch, result: BatchResult, tally: Counter[str]) -> None:
+        """A batch's stats, as the per-request path counts them (``dedup/filtered``
+        apart); ``tally``: how many of each outcome (``Counter(result.outcomes)``)."""
+        count = self.df.counts.count
+        count("dedup/batches")
+        count("dedup/batched", len(batch.requests))
+        for name, value in (
+            ("dedup/retries", result.retries),
+            ("dedup/read_only_filtered", result.read_only),
+            ("dedup/errors", tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)),
+            ("dedup/added", tally.get(NEW, 0)),
+            ("dedup/ambiguous", tally.get(AMBIGUOUS, 0)),
+            ("dedup/batch_deferred", tally.get(DEFERRED, 0)),
+        ):
+            if value:
+                count(name, value)
+
+    @staticmethod
+    def _warn(result: BatchResult, tally: Counter[str]) -> None:
+        """Say what a batch let through unchecked, or left to the scheduler's own check."""
+        unchecked = tally[UNCHECKED]
+        if unchecked and result.error is not None:  # (an unchecked request has its failure)
+            logger.warning(
+                "Redis failed while checking a batch of %(count)d request(s) (%(error)s); "
+                "letting them through (DEDUP_ON_ERROR='allow'), they may be crawled twice",
+                {"count": unchecked, "error": failure_text(result.error)},
+            )
+        deferred = tally[DEFERRED]
+        if deferred:
+            logger.warning(
+                "Redis refused a batch call for %(count)d request(s) (%(error)s); it wrote "
+                "nothing, and the scheduler checks each of them as without the batch",
+                {"count": deferred, "error": result.refused},
+            )
+
+    def _sort_out(
+        self, batch: Batch, result: BatchResult, unrecorded: Unrecorded
+    ) -> tuple[list[Request], list[Request], int]:
+        """Admit a batch's new requests and learn what it found: returns the requests to
+        pass on (the new ones, and the DEFERRED ones that the scheduler checks one by
+        one), the duplicates, and how many of those the local cache answered. An
+        UNCHECKED request this process let through unrecorded before is a duplicate; one
+        it let through and Redis now says is new was crawled already (``unrecorded``)."""
+        known = self.df.known
+        admitted = self.admitted
+        passed: list[Any] = []
+        duplicates: list[Any] = []
+        cached = 0
+        for request, fp, outcome, was_known in zip(
+            batch.requests, batch.fingerprints, result.outcomes, batch.known
+        ):
+            if unrecorded:  # (empty unless Redis failed: then each such page passes once)
+                if outcome == UNCHECKED:
+                    if fp in unrecorded:
+                        outcome = SEEN
+                        unrecorded.let_through_again += 1
+                    unrecorded.add(fp)
+                elif outcome == NEW and unrecorded.discard(fp):
                     outcome = SEEN
-                    unrecorded.let_through_again += 1
+            elif outcome == UNCHECKED:
                 unrecorded.add(fp)
-            elif outcome == NEW and unrecorded.discard(fp):
-                outcome = SEEN
-        elif outcome == UNCHECKED and unrecorded is not None:
-            unrecorded.add(fp)
-        if outcome == SEEN:
-            cached += was_known
-            if known is not None:
-                known.add(fp)
-            duplicates.append(request)
-            continue
-        if outcome == FAILED:
-            continue
-        if outcome != DEFERRED:
-            if known is not None and outcome != UNCHECKED:
-                known.add(fp)
-            admitted.admit(fp)
-        passed.append(request)
-    return passed, duplicates, cached
+            if outcome == SEEN:
+                cached += was_known
+                if known is not None:
+                    known.add(fp)
+                duplicates.append(request)
+                continue
+            if outcome == FAILED:
+                continue
+            if outcome != DEFERRED:
+                if known is not None and outcome != UNCHECKED:
+                    known.add(fp)
+                admitted.admit(fp)
+            passed.append(request)
+        return passed, duplicates, cached

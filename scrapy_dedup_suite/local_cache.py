@@ -3,7 +3,14 @@ without a round trip."""
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .backends.base import DedupBackend
+
+logger = logging.getLogger(__name__)
 
 
 class KnownFingerprints:
@@ -56,3 +63,17 @@ class Unrecorded(KnownFingerprints):
             del self._fps[fp]
             return True
         return False
+
+
+def local_cache_for(backend: DedupBackend, size: int) -> KnownFingerprints | None:
+    """DEDUP_LOCAL_CACHE for ``backend``: a cache of ``size`` fingerprints, or None
+    (0, or a backend whose answers expire: said in one WARNING)."""
+    if size and backend.capabilities.stable_answers:
+        return KnownFingerprints(size)
+    if size:
+        logger.warning(
+            "DEDUP_LOCAL_CACHE is ignored for the %s backend: its answers turn from seen "
+            "back to new when fingerprints expire, which a local cache cannot know",
+            backend.name,
+        )
+    return None

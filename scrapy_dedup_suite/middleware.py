@@ -143,7 +143,7 @@ class BatchDedupMiddleware:
                     type(df).__name__ if df is not None else "missing",
                 )
             elif self._placed_last():
-                df.closing = self.closing
+                df.policy.closing = self.closing
                 self._dupefilter = df
         return self._dupefilter
 
@@ -238,20 +238,21 @@ class BatchDedupMiddleware:
             return Checked(requests)
         from twisted.internet import reactor  # the one Scrapy installed
 
-        batch = df.prepare_batch(requests)
+        batches = df.batches
+        batch = batches.prepare(requests)
         try:
             if all(batch.known):  # every one known recorded by the local cache: no round trip
-                result = df.check_batch(batch)
+                result = batches.check(batch)
             else:
                 deferred = deferToThreadPool(
-                    reactor, self._threads(), df.check_batch, batch, patience=self.outage_wait
+                    reactor, self._threads(), batches.check, batch, patience=self.outage_wait
                 )
                 result = await maybe_deferred_to_future(deferred)
-        except Exception as exc:  # (check_batch handles what Redis and its client raise)
+        except Exception as exc:  # (check handles what Redis and its client raise)
             # Some of its calls may have recorded fingerprints: letting every request
             # through (perhaps crawled twice) is safe, passing them on unadmitted is not.
             result = BatchResult([UNCHECKED] * len(requests), error=ClientFailure(exc))
-        return Checked(df.account(batch, result, spider), result.failure)
+        return Checked(batches.account(batch, result, spider), result.failure)
 
     def _threads(self) -> ThreadPool:
         if self._pool is None:
@@ -261,7 +262,7 @@ class BatchDedupMiddleware:
 
     def _spider_closed(self) -> None:
         if self._dupefilter is not None:
-            self._dupefilter.report_unclaimed()  # scrapy-redis's scheduler never closes it
+            self._dupefilter.batches.report_unclaimed()  # scrapy-redis's scheduler never closes it
         if self._pool is not None:
             self._pool.stop()
             self._pool = None

@@ -45,8 +45,8 @@ def main() -> None:
         admitted = []
         for start in range(0, n, size):
             chunk = requests[start : start + size]
-            batch = df.prepare_batch(chunk)
-            new = df.account(batch, df.check_batch(batch))
+            batch = df.batches.prepare(chunk)
+            new = df.batches.account(batch, df.batches.check(batch))
             admitted += [scrapy_redis_fingerprint(r) for r in new if not df.request_seen(r)]
     else:
         admitted = [scrapy_redis_fingerprint(r) for r in requests if not df.request_seen(r)]

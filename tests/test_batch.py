@@ -1,5 +1,5 @@
 """Batches: check_and_add_many on every backend row, and the dupefilter's batch path
-(prepare_batch / check_batch / account) that BatchDedupMiddleware uses."""
+(``df.batches``: prepare / check / account) that BatchDedupMiddleware uses."""
 
 from __future__ import annotations
 
@@ -164,8 +164,8 @@ def make_dupefilter(backend: Any, **kw: Any) -> RFPDupeFilter:
 
 
 def batch(df: RFPDupeFilter, requests: list[Request]) -> list[Request]:
-    prepared = df.prepare_batch(requests)
-    return df.account(prepared, df.check_batch(prepared))
+    prepared = df.batches.prepare(requests)
+    return df.batches.account(prepared, df.batches.check(prepared))
 
 
 def test_admitted_requests_cost_no_second_round_trip(make_backend, server, backend_name):
@@ -222,12 +222,12 @@ def test_an_unreachable_redis_raises_after_retries_with_raise(redis_server, serv
     df = make_dupefilter(backend, on_error="raise", retries=2)
     df.server = redis.Redis(port=redis_server.port + 1 if redis_server.port < 65535 else 1)
     df.backend._opened = True
-    prepared = df.prepare_batch([Request("http://down.test/1")])
-    result = df.check_batch(prepared)
+    prepared = df.batches.prepare([Request("http://down.test/1")])
+    result = df.batches.check(prepared)
     assert isinstance(result.failure, DedupBackendError)
     assert "also after 2 retries" in str(result.failure)
     # Not passed on; the middleware raises the failure after passing on the others.
-    assert df.account(prepared, result) == []
+    assert df.batches.account(prepared, result) == []
     assert df.stats.get_value("dedup/errors") == 1
 
 

@@ -130,9 +130,9 @@ def test_a_client_kill_storm_never_reports_a_new_request_seen_in_batches(
     admitted = raised = 0
     with Storm(server) as storm:
         for start in range(0, len(requests), 50):
-            batch = df.prepare_batch(requests[start : start + 50])
-            result = df.check_batch(batch)
-            admitted += len(df.account(batch, result))
+            batch = df.batches.prepare(requests[start : start + 50])
+            result = df.batches.check(batch)
+            admitted += len(df.batches.account(batch, result))
             if result.failure is not None:  # the middleware raises it after the others
                 assert isinstance(result.failure, DedupBackendError)
                 raised += result.outcomes.count(FAILED)
@@ -261,7 +261,7 @@ def test_a_batch_waits_out_an_outage_in_its_thread(monkeypatch, on_error):
     df = dupefilter({"REDIS_URL": server.url}, "hash", DEDUP_ON_ERROR=on_error)
     df.open()
     fps = fingerprints(50, "outage")
-    assert df.check_fingerprints(fps[:10]).seen == [False] * 10
+    assert df.batches.check_fingerprints(fps[:10]).seen == [False] * 10
     server.stop()
     pauses: list[float] = []
     paused = threading.Event()
@@ -274,7 +274,9 @@ def test_a_batch_waits_out_an_outage_in_its_thread(monkeypatch, on_error):
 
     monkeypatch.setattr(time, "sleep", sleep)
     results = []
-    thread = threading.Thread(target=lambda: results.append(df.check_fingerprints(fps, None, 600)))
+    thread = threading.Thread(
+        target=lambda: results.append(df.batches.check_fingerprints(fps, None, 600))
+    )
     thread.start()
     assert paused.wait(60)  # its first call failed: the server is down
     server.start()
@@ -474,12 +476,12 @@ def test_the_batch_path_defers_a_refused_call_to_the_per_request_check(make_back
     batch = damaged_batch(backend, server)
     df = RFPDupeFilter(backend)  # opened before the damage, as in a crawl
     requests = [Request(f"http://damaged.test/{i}") for i in range(len(batch))]
-    prepared = df.prepare_batch(requests)
+    prepared = df.batches.prepare(requests)
     prepared.fingerprints[:] = batch  # the damaged fingerprints themselves
-    result = df.check_batch(prepared)
+    result = df.batches.check(prepared)
     assert result.failure is None and result.outcomes[-1] == DEFERRED
     assert set(result.outcomes) <= {NEW, DEFERRED}
-    assert df.account(prepared, result) == requests  # every one passed on
+    assert df.batches.account(prepared, result) == requests  # every one passed on
     deferred = [i for i, outcome in enumerate(result.outcomes) if outcome == DEFERRED]
     for i in deferred[:-1]:
         assert backend.check_and_add(batch[i]) is False  # the scheduler's check: new
