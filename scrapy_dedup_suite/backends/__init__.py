@@ -17,16 +17,20 @@ from .base import DedupBackend
 from .bloom import BloomBackend
 from .compact import CompactBackend
 from .hash import HashBackend
+from .hash_buckets import HashBucketsBackend
 from .keys import as_str, meta_key
 from .native import NativeBloomBackend, WindowedNativeBloomBackend
 from .set import SetBackend
 from .windowed import WindowedBloomBackend
 
+#: A name's class builds the filter a key holds (``from_settings``); for ``hash``, the
+#: layout its record names (layout 1's shards, :class:`HashBackend`), else the buckets
+#: every new filter gets.
 BACKENDS: dict[str, type[DedupBackend]] = {
     cls.name: cls
     for cls in (
         SetBackend,
-        HashBackend,
+        HashBucketsBackend,
         CompactBackend,
         BloomBackend,
         WindowedBloomBackend,
@@ -169,6 +173,7 @@ __all__ = [
     "CompactBackend",
     "DedupBackend",
     "HashBackend",
+    "HashBucketsBackend",
     "NativeBloomBackend",
     "SetBackend",
     "WindowedBloomBackend",

@@ -23,10 +23,19 @@ from ..exceptions import DedupConfigError, FilterMismatchError
 from ..options import HashOptions
 from ..reports import ExpirySample
 from ..settings_table import check
-from .base import DedupBackend
-from .keys import as_str
+from .base import LAYOUT_VERSION, DedupBackend
+from .capabilities import Capabilities
+from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling
+from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
+
+#: The registered name of the backend both layouts are.
+HASH = "hash"
+#: What each parameter record's ``layout`` says: whole fingerprints in shards (layout
+#: 1), or digests in compact's buckets (every filter created since).
+SHARDS_LAYOUT = LAYOUT_VERSION
+BUCKETS_LAYOUT = "buckets"
 
 #: Fields of a hash read (at random) to estimate how many have expired (dedup-info).
 SAMPLE = 1000
@@ -75,24 +84,84 @@ JANITOR_BUCKET_BYTES = 18
 FIELD_TTL_HASHTABLE_BYTES = 70
 
 
+def stored_layout(server: Any, key: str, shards: int) -> str | None:
+    """The layout of the hash filter stored at ``key``: its record's, else (a lost
+    record) its stamps', else layout 1 where its first shard exists alone; None when
+    nothing of a hash filter is there (a new filter). One round trip, two where a
+    record is found."""
+    stamps = [slot_sibling(shard_key(key, i), META) for i in range(shards)]
+    pipe = server.pipeline(transaction=False)
+    pipe.type(meta_key(key))
+    pipe.type(shard_key(key, 0))
+    for stamp in stamps:
+        pipe.get(stamp)
+    record_type, first_shard, *said = pipe.execute(raise_on_error=False)
+    if as_str(record_type) == "hash":
+        record = read_hash(server, meta_key(key))
+        if record.get("backend") == HASH:
+            return record.get("layout")
+        return None
+    for stamp in said:
+        if isinstance(stamp, (bytes, str)):
+            parsed = MetaSpec.parse_stamp(as_str(stamp))
+            if parsed.get("backend") == HASH:
+                return parsed.get("layout")
+    return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
+
+
+#: What both layouts can do (each declares it: purge_units() is each layout's, and is
+#: empty where the server expires the fields itself).
+HASH_CAPABILITIES = Capabilities(expiring_fingerprints=True, purge_expired=True)
+
+
+def build_hash(server: Any, key: str, options: HashOptions) -> ExpiringHash:
+    """The hash backend for the filter stored at ``key``: the layout its record (or its
+    stamps, or its shards) says (:func:`stored_layout`), else, for a new filter, the
+    buckets. Without a server (a settings check), the buckets' parameters are checked."""
+    layout = stored_layout(server, key, options.shards) if server is not None else None
+    return ExpiringHash.layouts[layout or BUCKETS_LAYOUT].from_options(server, key, options)
+
+
 class ExpiringHash(DedupBackend):
     """What both layouts of the ``hash`` backend share: the expiry (DEDUP_EXPIRE, or a
     request's ``meta["dedup_expire"]``), who enforces it, the add scripts' header, and
     the build from settings (the layout the key holds). The first base of each layout's
     class, before its layout's."""
 
+    name = HASH
+    default_key = "%(spider)s:dedup-hash"
     #: Milliseconds in a unit of the stored expiries (the janitor's way).
     expiry_unit_ms: ClassVar[int] = 1
     meta_key: str
+    #: What the parameter record says of a layout (set by each layout's class), and the
+    #: class of each: :func:`build_hash` chooses among them.
+    layout: ClassVar[str]
+    layouts: ClassVar[dict[str, type[ExpiringHash]]] = {}
+    shards: int
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "layout" in cls.__dict__:
+            ExpiringHash.layouts[cls.layout] = cls
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
-        """The layout stored at ``key`` (hash.stored_layout): layout 1 for a filter
-        created with it, else (a new filter too) the buckets. No Redis: the settings
-        are checked only."""
-        from .hash import build
+        """The layout stored at ``key`` (:func:`build_hash`), whichever layout's class
+        is asked. No Redis: the settings are checked only."""
+        return build_hash(server, key, HashOptions.from_settings(settings))
 
-        return build(server, key, HashOptions.from_settings(settings))
+    @classmethod
+    def from_options(cls, server: Any, key: str, options: HashOptions) -> ExpiringHash:
+        """This layout's backend for ``options``."""
+        raise NotImplementedError
+
+    def options(self) -> HashOptions:
+        """The options this backend was built with (:meth:`with_key` builds with them)."""
+        raise NotImplementedError
+
+    def with_key(self, key: str) -> DedupBackend:
+        """The filter at ``key``, in the layout stored there (a new one: buckets)."""
+        return build_hash(self.server, key, self.options())
 
     def _init_expiry(self, expire: float, field_expiry: bool | None) -> None:
         """``field_expiry``: True for the server's hash-field expiry, False for the

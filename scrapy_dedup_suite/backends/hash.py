@@ -14,7 +14,7 @@ The backend has two layouts, and a filter keeps the one its parameter record nam
   its expiry in Unix ms, in ``DEDUP_HASH_SHARDS`` hashes (``<key>:0`` ...
   ``<key>:<shards-1>``, by CRC32 of the fingerprint), about 105 bytes a fingerprint.
 
-:meth:`HashBackend.from_settings` (what ``DEDUP_BACKEND = "hash"`` builds) reads which
+``from_settings`` of either class (what ``DEDUP_BACKEND = "hash"`` builds) reads which
 layout is stored at the key and builds that one; a new filter gets buckets. The
 parameter record lives in ``<key>:meta``, and each shard or group of buckets has a stamp
 in its own slot (lua/stamp.lua).
@@ -30,52 +30,27 @@ from typing import Any
 from ..options import HashOptions
 from ..reports import Contents, HashFields
 from ..settings_table import check, default
-from .base import LAYOUT_VERSION, DedupBackend
-from .capabilities import Capabilities
-from .expiry import BY_JANITOR, ExpiringHash, expiry_sample
-from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling, spread
+from .expiry import (  # noqa: F401 - stored_layout re-exported
+    BY_JANITOR,
+    HASH_CAPABILITIES,
+    SHARDS_LAYOUT,
+    ExpiringHash,
+    expiry_sample,
+    stored_layout,
+)
+from .keys import META, meta_key, shard_key, slot_sibling, spread
 from .purge import OnScan, PurgeStep, scan_fields
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
-
-#: The layout each parameter record names: whole fingerprints in shards (layout 1).
-SHARDS_LAYOUT = LAYOUT_VERSION
-
-
-def stored_layout(server: Any, key: str, shards: int) -> str | None:
-    """The layout of the hash filter stored at ``key``: its record's, else (a lost
-    record) its stamps', else layout 1 where its first shard exists alone; None when
-    nothing of a hash filter is there (a new filter). One round trip, two where a
-    record is found."""
-    stamps = [slot_sibling(shard_key(key, i), META) for i in range(shards)]
-    pipe = server.pipeline(transaction=False)
-    pipe.type(meta_key(key))
-    pipe.type(shard_key(key, 0))
-    for stamp in stamps:
-        pipe.get(stamp)
-    record_type, first_shard, *said = pipe.execute(raise_on_error=False)
-    if as_str(record_type) == "hash":
-        record = read_hash(server, meta_key(key))
-        if record.get("backend") == HashBackend.name:
-            return record.get("layout")
-        return None
-    for stamp in said:
-        if isinstance(stamp, (bytes, str)):
-            parsed = MetaSpec.parse_stamp(as_str(stamp))
-            if parsed.get("backend") == HashBackend.name:
-                return parsed.get("layout")
-    return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
 
 
 class HashBackend(ExpiringHash):
     """The shards layout (layout 1); ``from_settings`` (ExpiringHash's) builds the
     layout the key holds."""
 
-    name = "hash"
-    default_key = "%(spider)s:dedup-hash"
-    # purge_units() is empty where the server expires the fields itself.
-    capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
+    layout = SHARDS_LAYOUT
+    capabilities = HASH_CAPABILITIES
     spread_setting = "DEDUP_HASH_SHARDS"
 
     def __init__(
@@ -98,14 +73,19 @@ class HashBackend(ExpiringHash):
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
         self._stamp_of.update((k, k) for k in self.stamp_keys)
 
-    def with_key(self, key: str) -> DedupBackend:
-        return build(
-            self.server,
+    @classmethod
+    def from_options(cls, server: Any, key: str, options: HashOptions) -> HashBackend:
+        return cls(
+            server,
             key,
-            HashOptions(
-                self.expire, self.shards, self.field_expiry, default("DEDUP_COMPACT_CAPACITY")
-            ),
+            expire=options.expire,
+            shards=options.shards,
+            field_expiry=options.field_expiry,
         )
+
+    def options(self) -> HashOptions:
+        capacity = default("DEDUP_COMPACT_CAPACITY")  # (a new filter at another key: buckets)
+        return HashOptions(self.expire, self.shards, self.field_expiry, capacity)
 
     # -- the layout ------------------------------------------------------------------------
 
@@ -200,26 +180,3 @@ class HashBackend(ExpiringHash):
         info["expired_by"] = self.expiry.name
         info["layout"] = "shards"
         return info
-
-
-def build(server: Any, key: str, options: HashOptions) -> DedupBackend:
-    """The hash backend for the filter stored at ``key`` (see :func:`stored_layout`);
-    without a server (a settings check), the bucket layout's parameters are checked."""
-    from .hash_buckets import HashBucketsBackend
-
-    if server is not None and stored_layout(server, key, options.shards) == SHARDS_LAYOUT:
-        return HashBackend(
-            server,
-            key,
-            expire=options.expire,
-            shards=options.shards,
-            field_expiry=options.field_expiry,
-        )
-    return HashBucketsBackend(
-        server,
-        key,
-        expire=options.expire,
-        shards=options.shards,
-        capacity=options.capacity,
-        field_expiry=options.field_expiry,
-    )

@@ -32,12 +32,13 @@ from ..options import HashOptions
 from ..reports import CompactBuckets, Contents, HashFields
 from ..settings_table import default
 from .base import DedupBackend
-from .capabilities import Capabilities
 from .compact import CompactBackend
 from .expiry import (
+    BUCKETS_LAYOUT,
     BY_JANITOR,
     BY_SERVER,
     FIELD_TTL_HASHTABLE_BYTES,
+    HASH_CAPABILITIES,
     JANITOR_BUCKET_BYTES,
     ExpiringHash,
     expiry_sample,
@@ -48,8 +49,6 @@ from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 
-#: What the parameter record's ``layout`` says of this layout.
-BUCKETS_LAYOUT = "buckets"
 #: Redis memory a fingerprint takes, by who expires it (measured: docs/backends.md, the hash
 #: backend's figures), for estimates made before any is written.
 BUCKET_BYTES_BY_EXPIRY = {"janitor": 18.0, "server": 25.0}
@@ -58,10 +57,8 @@ EXPIRY_SAMPLE = 32
 
 
 class HashBucketsBackend(ExpiringHash, CompactBackend):
-    name = "hash"
-    default_key = "%(spider)s:dedup-hash"
-    # purge_units() is empty where the server expires the fields itself.
-    capabilities = Capabilities(expiring_fingerprints=True, purge_expired=True)
+    layout = BUCKETS_LAYOUT
+    capabilities = HASH_CAPABILITIES
     expiry_unit_ms = 1000
     # Membership honours the expiry: the contains script's (CompactBackend's is HEXISTS).
     contains = DedupBackend.contains
@@ -85,11 +82,19 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         )
         self._init_expiry(expire, field_expiry)
 
-    def with_key(self, key: str) -> DedupBackend:
-        from .hash import build
+    @classmethod
+    def from_options(cls, server: Any, key: str, options: HashOptions) -> HashBucketsBackend:
+        return cls(
+            server,
+            key,
+            expire=options.expire,
+            shards=options.shards,
+            capacity=options.capacity,
+            field_expiry=options.field_expiry,
+        )
 
-        options = HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
-        return build(self.server, key, options)
+    def options(self) -> HashOptions:
+        return HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
 
     def meta_spec(self) -> MetaSpec:
         spec = super().meta_spec()

@@ -35,13 +35,18 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from scrapy_dedup_suite import scripts
-from scrapy_dedup_suite.backends.expiry import BY_SERVER
-from scrapy_dedup_suite.backends.hash import SHARDS_LAYOUT, HashBackend, build, stored_layout
-from scrapy_dedup_suite.backends.hash_buckets import BUCKETS_LAYOUT, HashBucketsBackend
+from scrapy_dedup_suite.backends.expiry import (
+    BUCKETS_LAYOUT,
+    BY_SERVER,
+    SHARDS_LAYOUT,
+    build_hash,
+    stored_layout,
+)
+from scrapy_dedup_suite.backends.hash import HashBackend
+from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.backends.keys import (
     as_str,
     chunks,
@@ -49,11 +54,11 @@ from scrapy_dedup_suite.backends.keys import (
     migration_state_key,
     read_hash,
 )
-from scrapy_dedup_suite.config import human_bytes
 from scrapy_dedup_suite.connection import server_time_ms
 from scrapy_dedup_suite.exceptions import DedupError, WrongKeyTypeError
 from scrapy_dedup_suite.options import HashOptions
 
+from .conversion_report import ConversionPlan, ConversionReport
 from .errors import MigrationError, SourceError, TargetError, VerificationError
 
 logger = logging.getLogger(__name__)
@@ -62,89 +67,6 @@ logger = logging.getLogger(__name__)
 MODE = "convert-hash-layout"
 #: Fields expiring sooner than this are not verified (they may expire before the check).
 VERIFY_MARGIN_MS = 5000
-
-
-@dataclass
-class ConversionPlan:
-    key: str
-    shards: int
-    fields: int
-    source_memory: int
-    expiry: str  # who expires the fields: "janitor" or "server"
-    capacity: int
-    buckets: int
-    target_memory: int
-    #: "start" (layout 1), "resume" (a conversion under way) or "done" (nothing left).
-    state: str
-    shard: int = 0
-    cursor: int = 0
-
-    def describe(self) -> str:
-        if self.state == "done":
-            return f"{self.key!r}: a hash filter in buckets already, with no shards left"
-        source = (
-            f"source  {self.key!r}: hash filter of layout 1, {self.fields:,} fields in "
-            f"{self.shards} shard(s), about {human_bytes(self.source_memory)}; expired by "
-            f"the {self.expiry}"
-        )
-        if self.state == "resume":
-            source += f"; the conversion goes on at shard {self.shard}"
-        return "\n".join(
-            [
-                source,
-                f"target  the same key in {self.buckets:,} buckets sized for "
-                f"{self.capacity:,} fingerprints (DEDUP_COMPACT_CAPACITY), about "
-                f"{human_bytes(self.target_memory)}; each fingerprint keeps its expiry",
-                "switch  stamps and record at once: stop the filter's crawlers and janitor "
-                "first (a worker left running on layout 1 is refused from then on)",
-            ]
-        )
-
-
-@dataclass
-class ConversionReport:
-    plan: ConversionPlan
-    copied: int = 0  # fields written into the buckets
-    present: int = 0  # fields the buckets held already (a rerun, or a crawler since)
-    expired: int = 0  # fields not copied: expired
-    invalid: int = 0  # fields not copied: no expiry in them
-    seconds: float = 0.0
-    verified: int = 0
-    verify_mode: str = "sample"
-    removed: int = 0
-    kept: int = 0
-    memory_freed: int = 0
-    source_deleted: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        p = self.plan
-        if p.state == "done":
-            return p.describe() + ": nothing to convert"
-        rate = (self.copied + self.present) / self.seconds if self.seconds else 0.0
-        lines = [
-            f"converted {p.key!r} to buckets: {self.copied:,} fingerprints copied, "
-            f"{self.present:,} there already, {self.expired:,} expired left behind, in "
-            f"{self.seconds:.1f} s ({rate:,.0f}/s)",
-            f"verified {self.verified:,} unexpired source fields ({self.verify_mode}): all found",
-        ]
-        if self.source_deleted:
-            lines.append(f"source shards deleted, {human_bytes(self.memory_freed)} freed")
-        elif self.removed:
-            lines.append(
-                f"source: {self.removed:,} fields removed ({human_bytes(self.memory_freed)} "
-                f"freed), {self.kept:,} kept (no expiry in them)"
-            )
-        else:
-            lines.append(
-                f"source shards kept ({human_bytes(p.source_memory)}; nothing expires them "
-                "now): run again with --delete-source to remove them"
-            )
-        if self.invalid:
-            lines.append(f"left {self.invalid:,} field(s) that hold no expiry, in the shards")
-        return "\n".join(lines)
 
 
 class HashLayoutConversion:
@@ -191,7 +113,7 @@ class HashLayoutConversion:
         if layout is None:
             raise SourceError(self._no_source())
         if layout == BUCKETS_LAYOUT:
-            built = build(self.server, self.key, o)
+            built = build_hash(self.server, self.key, o)
             assert isinstance(built, HashBucketsBackend)
             self._verify(built)
             source = self._source(built.expiry is BY_SERVER)
