@@ -3,167 +3,30 @@ accepts and one line of help.
 
 The table gives the defaults (:func:`default`), the checked values the options
 objects are built from (:func:`read`, :func:`check`), and the documentation's settings
-reference (docs/settings.md, and the janitor's in docs/operations.md: ``python -m
-scrapy_dedup_suite.settings_table --write docs/settings.md docs/operations.md``; a test
-fails when they and the table differ). Settings that belong to Scrapy or scrapy-redis
-(``REDIS_URL``, ``DUPEFILTER_DEBUG``...) are listed with ``owner`` so the docs name
-them; their defaults stay their owner's.
+reference (docs/settings.md, and the janitor's in docs/operations.md, written by
+:mod:`.settings_docs`; a test fails when they and the table differ). What a setting
+accepts is one of the kinds of :mod:`.settings_kinds`. Settings that belong to Scrapy
+or scrapy-redis (``REDIS_URL``, ``DUPEFILTER_DEBUG``...) are listed with ``owner`` so
+the docs name them; their defaults stay their owner's.
 """
 
 from __future__ import annotations
 
-import re
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from . import config
-from .exceptions import DedupConfigError
 from .fingerprint import FINGERPRINTERS
-
-# --- what a setting accepts ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Whole:
-    """A whole number from ``minimum`` to ``maximum`` ("1e6" from ``-s`` is one)."""
-
-    minimum: int
-    maximum: int | None = None
-    allowed: str = ""
-
-    def __call__(self, name: str, value: Any) -> int:
-        return config.check_int(
-            name, value, minimum=self.minimum, maximum=self.maximum, allowed=self.allowed
-        )
-
-
-@dataclass(frozen=True)
-class Seconds:
-    """A number in an interval (open or closed at each end)."""
-
-    low: float
-    high: float
-    allowed: str
-    low_open: bool = True
-    high_open: bool = False
-
-    def __call__(self, name: str, value: Any) -> float:
-        return config.check_float(
-            name,
-            value,
-            low=self.low,
-            high=self.high,
-            low_open=self.low_open,
-            high_open=self.high_open,
-            allowed=self.allowed,
-        )
-
-
-@dataclass(frozen=True)
-class Flag:
-    """True or False (also "true"/"false"/"1"/"0" as ``-s`` passes them)."""
-
-    def __call__(self, name: str, value: Any) -> bool:
-        return config.check_bool(name, value)
-
-
-@dataclass(frozen=True)
-class FlagOrAuto:
-    """True, False, or None / "auto" (let the package decide)."""
-
-    def __call__(self, name: str, value: Any) -> bool | None:
-        if value is None or (
-            isinstance(value, str) and value.strip().lower() in ("", "auto", "none")
-        ):
-            return None
-        return config.check_bool(name, value)
-
-
-@dataclass(frozen=True)
-class OneOf:
-    choices: tuple[str, ...]
-
-    def __call__(self, name: str, value: Any) -> str:
-        return config.check_choice(name, value, self.choices)
-
-
-@dataclass(frozen=True)
-class Text:
-    """A string (an empty one if ``empty``); ``example`` is shown when the value is not one."""
-
-    example: str
-    empty: bool = False
-
-    def __call__(self, name: str, value: Any) -> str:
-        if not isinstance(value, str) or not (self.empty or value.strip()):
-            raise DedupConfigError(f"{name} must be {self.example}, got {value!r}")
-        return value
-
-
-@dataclass(frozen=True)
-class Checked:
-    """Passed on as given: the component it configures checks it with the settings
-    it depends on (a window and its time zone, sentinels and their URL...), naming it."""
-
-    where: str
-
-    def __call__(self, name: str, value: Any) -> Any:
-        return value
-
-
-# --- the table ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: Any
-    accepts: Callable[[str, Any], Any]
-    help: str
-    #: The default as the docs show it, when ``repr(default)`` is not how to say it.
-    shown: str | Callable[[], str] = ""
-    #: "main" or "janitor": which of the documentation's tables lists it.
-    table: str = "main"
-    #: "scrapy" or "scrapy-redis" for their settings, read as they read them.
-    owner: str = ""
-
-    def check(self, value: Any) -> Any:
-        return self.accepts(self.name, value)
-
-    def read(self, settings: BaseSettings | dict[str, Any]) -> Any:
-        found = settings.get(self.name)
-        return self.check(self.default if found is None else found)
-
-    def default_text(self) -> str:
-        shown = self.shown() if callable(self.shown) else self.shown
-        if shown:
-            return shown
-        if self.owner:
-            return f"as {self.owner}"
-        if self.default is None:
-            return "unset"
-        if isinstance(self.default, str):
-            return f'`"{self.default}"`'
-        return f"`{self.default!r}`"
-
-
-def _default_keys() -> str:
-    from .backends import BACKENDS, DedupBackend
-
-    listed = [f"`{cls.default_key}` ({name})" for name, cls in BACKENDS.items()]
-    return "per backend: " + ", ".join(listed) + f", `{DedupBackend.default_key}` (custom)"
-
-
-def _backend_names() -> str:
-    from .backends import BACKENDS
-
-    names = ", ".join(f'`"{name}"`' for name in BACKENDS)
-    return f"{names}, or the dotted path of a `scrapy_dedup_suite.backends.DedupBackend` subclass"
-
+from .settings_kinds import (
+    Checked,
+    Flag,
+    FlagOrAuto,
+    OneOf,
+    Seconds,
+    Setting,
+    Text,
+    Whole,
+)
 
 #: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
 MAX_RETRIES = 10
@@ -189,7 +52,7 @@ TABLE: tuple[Setting, ...] = (
         "DEDUP_BACKEND",
         "set",
         Checked("backends.get_backend_class"),
-        "which storage records fingerprints: " + "{backends}",
+        "which storage records fingerprints: {backends}",
     ),
     Setting(
         "DEDUP_FINGERPRINTER",
@@ -204,7 +67,7 @@ TABLE: tuple[Setting, ...] = (
         None,
         Checked("backends.dupefilter_key"),
         "base key; the set backend uses it as is, the others derive their keys from it",
-        shown=_default_keys,
+        shown="{default_keys}",
         owner="scrapy-redis",
     ),
     Setting(
@@ -398,7 +261,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "DEDUP_REDIS_SENTINELS",
         None,
-        Checked("connection.SentinelOptions"),
+        Checked("sentinel.SentinelOptions"),
         'Sentinel: the sentinels\' addresses, `["10.0.0.1:26379", ...]`; or `DEDUP_REDIS_URL '
         '= "redis+sentinel://h1:26379,h2:26379/mymaster/0"` (see "Redis Sentinel")',
     ),
@@ -417,7 +280,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "DEDUP_REDIS_SENTINEL_PARAMS",
         None,
-        Checked("connection.SentinelOptions"),
+        Checked("sentinel.SentinelOptions"),
         "redis-py arguments for the sentinels' own connections (a password)",
     ),
     Setting(
@@ -545,47 +408,3 @@ def check(name: str, value: Any, label: str = "") -> Any:
     ``label`` names it in the error instead (e.g. ``request.meta['dedup_expire']``)."""
     setting = SETTINGS[name]
     return setting.accepts(label, value) if label else setting.check(value)
-
-
-def reference(table: str = "main") -> str:
-    """The documentation's settings table ``table`` ("main" or "janitor"), in Markdown."""
-    heading = "setting" if table == "main" else f"{table} setting"
-    lines = [f"| {heading} | default | meaning |", "|---|---|---|"]
-    for setting in TABLE:
-        if setting.table == table:
-            meaning = setting.help.replace("{backends}", _backend_names())
-            lines.append(f"| `{setting.name}` | {setting.default_text()} | {meaning} |")
-    return "\n".join(lines) + "\n"
-
-
-MARKER = re.compile(r"(<!-- settings:(\w+) -->\n)(.*?)(<!-- /settings -->)", re.S)
-
-
-def rewrite(text: str) -> str:
-    """``text`` (a page) with each ``<!-- settings:NAME -->`` block made from the table."""
-    return MARKER.sub(lambda m: m.group(1) + reference(m.group(2)) + m.group(4), text)
-
-
-def main(argv: list[str]) -> int:
-    """``python -m scrapy_dedup_suite.settings_table [--write FILE...]``: print the
-    tables, or write them into the marked blocks of each file (docs/*.md)."""
-    if argv[:1] == ["--write"] and len(argv) >= 2:
-        for name in argv[1:]:
-            with open(name, encoding="utf-8") as f:
-                text = f.read()
-            new = rewrite(text)
-            if new != text:
-                with open(name, "w", encoding="utf-8") as f:
-                    f.write(new)
-            print(f"{name}: settings tables {'rewritten' if new != text else 'already current'}")
-        return 0
-    if argv:
-        print("usage: python -m scrapy_dedup_suite.settings_table [--write FILE...]")
-        return 2
-    print(reference("main"))
-    print(reference("janitor"), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

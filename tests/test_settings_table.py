@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_dedup_suite import settings_table
+from scrapy_dedup_suite import settings_docs
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.settings_table import SETTINGS, TABLE, Whole, read
 
@@ -19,9 +19,9 @@ def test_the_documentation_tables_are_the_table():
     pages = {p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
     assert sum(text.count("<!-- settings:") for text in pages.values()) == 2
     for path, text in pages.items():
-        assert settings_table.rewrite(text) == text, (
+        assert settings_docs.rewrite(text) == text, (
             f"{path.name}'s settings tables differ from settings_table.py: run python -m "
-            "scrapy_dedup_suite.settings_table --write docs/settings.md docs/operations.md"
+            "scrapy_dedup_suite.settings_docs --write docs/settings.md docs/operations.md"
         )
 
 
