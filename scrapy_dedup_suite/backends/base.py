@@ -17,10 +17,10 @@ from .. import scripts
 from ..connection import is_cluster, nodes_of, refresh_slots
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..failures import cluster_node_error
-from ..reports import Contents, FilterFill
+from ..reports import Contents
 from . import admission, calls, clearing, record
 from .calls import FailedCall, one_call
-from .capabilities import METHODS, Capabilities
+from .capabilities import METHODS, Capabilities, CapabilityMethods
 from .keys import (
     check_types,
     chunks,
@@ -29,7 +29,6 @@ from .keys import (
     memory_usage,
     wrong_type_hint,
 )
-from .purge import OnScan, PurgeStep
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ logger = logging.getLogger(__name__)
 LAYOUT_VERSION = "1"
 
 
-class DedupBackend(ABC):
+class DedupBackend(CapabilityMethods, ABC):
     """Storage of request fingerprints in Redis.
 
     A backend is built from plain values (a Redis client, a base key, its own
@@ -62,7 +61,7 @@ class DedupBackend(ABC):
         super().__init_subclass__(**kwargs)
         for capability in cls.capabilities.declared():
             for method in METHODS.get(capability, ()):
-                if getattr(cls, method) is getattr(DedupBackend, method):
+                if getattr(cls, method) is getattr(CapabilityMethods, method):
                     raise TypeError(
                         f"{cls.__name__} declares {capability} but does not define {method}()"
                     )
@@ -196,11 +195,11 @@ class DedupBackend(ABC):
     #: The setting that says how many keys the data is split into (for advice).
     spread_setting: ClassVar[str] = ""
 
-    def _before_writing(self, found: dict[str, str]) -> None:  # noqa: B027 - optional hook
+    def _before_writing(self, found: dict[str, str]) -> None:
         """Checks after the key types (``found``: type of each key) and before anything
         is written (e.g. that the server has room for what :meth:`_prepare` allocates)."""
 
-    def _prepare(self) -> None:  # noqa: B027 - optional hook
+    def _prepare(self) -> None:
         """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
 
     def verify(self) -> bool:
@@ -267,10 +266,10 @@ class DedupBackend(ABC):
         filter that was not sent enough layers); by default none does."""
         return False
 
-    def learn(self, answers: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+    def learn(self, answers: Sequence[Any]) -> None:
         """Act on the answers :meth:`again` recognised, before calling again."""
 
-    def on_grown(self, answer: int) -> None:  # noqa: B027 - optional hook
+    def on_grown(self, answer: int) -> None:
         """A fingerprint was added and its answer was < 0: a scalable filter added a
         layer (-1) or is past its last one (-2). Override to report it."""
 
@@ -383,51 +382,6 @@ class DedupBackend(ABC):
     def janitor_keys(self) -> dict[str, str]:
         """The janitor's progress record and lock for this backend, with their types."""
         return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
-
-    # -- what a declared capability gives (see ``capabilities``) --------------------------
-
-    def purge_units(self) -> list[str]:
-        """purge_expired: what the janitor walks in order, a :meth:`purge_step` at a time
-        (a shard, a group of buckets), named for messages; none when the server expires
-        the entries itself."""
-        raise NotImplementedError
-
-    def purge_step(
-        self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
-    ) -> PurgeStep:
-        """purge_expired: delete the expired entries of about ``batch`` fields of unit
-        number ``unit`` from ``cursor`` (0: its start); the step's cursor is where the
-        next step goes on, 0 when the unit is done."""
-        raise NotImplementedError
-
-    def purge_remaining(self) -> int:
-        """purge_expired: how many entries are stored (expired or not) after a purge."""
-        raise NotImplementedError
-
-    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
-        """report_fill: each Bloom filter's fill (a time bucket's with its label and
-        expiry; a scalable filter's with its layers). ``info``: this backend's
-        :meth:`info`, when the caller has read it already (else it is read)."""
-        raise NotImplementedError
-
-    def restore_expiry(self) -> list[str]:
-        """restore_expiry: give each key that must expire and lost its expiry (a restore
-        from a backup, say) its expiry back; return those keys."""
-        raise NotImplementedError
-
-    def count(self) -> int:
-        """count: how many entries are stored."""
-        raise NotImplementedError
-
-    def bulk_target(self, block: int) -> tuple[str, int]:
-        """bulk_bits: the bitmap a migration ORs block ``block``'s bits into now, and
-        the expiry in ms it must carry (0: none)."""
-        raise NotImplementedError
-
-    def bulk_fill(self) -> tuple[str, float]:
-        """bulk_bits: where the bits go now (a bucket's label, or "") and about how
-        many fingerprints are there already."""
-        raise NotImplementedError
 
     def migration_keys(self) -> dict[str, str]:
         """What a migration into this backend keeps while it runs (deleted by clear())."""

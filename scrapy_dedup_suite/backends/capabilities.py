@@ -6,7 +6,12 @@ must define its methods (checked when the class is made)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
+
+from ..reports import FilterFill
+from .purge import OnScan, PurgeStep
 
 
 @dataclass(frozen=True)
@@ -50,3 +55,52 @@ METHODS = {
     "count": ("count",),
     "bulk_bits": ("bulk_target", "bulk_fill"),
 }
+
+
+class CapabilityMethods:
+    """The methods each capability gives (:data:`METHODS`), which a backend declaring it
+    defines; :class:`~.base.DedupBackend` inherits these stubs, so that a caller asks
+    ``backend.capabilities`` first."""
+
+    def purge_units(self) -> list[str]:
+        """purge_expired: what the janitor walks in order, a :meth:`purge_step` at a time
+        (a shard, a group of buckets), named for messages; none when the server expires
+        the entries itself."""
+        raise NotImplementedError
+
+    def purge_step(
+        self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None
+    ) -> PurgeStep:
+        """purge_expired: delete the expired entries of about ``batch`` fields of unit
+        number ``unit`` from ``cursor`` (0: its start); the step's cursor is where the
+        next step goes on, 0 when the unit is done."""
+        raise NotImplementedError
+
+    def purge_remaining(self) -> int:
+        """purge_expired: how many entries are stored (expired or not) after a purge."""
+        raise NotImplementedError
+
+    def filter_reports(self, info: Mapping[str, Any] | None = None) -> list[FilterFill]:
+        """report_fill: each Bloom filter's fill (a time bucket's with its label and
+        expiry; a scalable filter's with its layers). ``info``: this backend's
+        :meth:`info`, when the caller has read it already (else it is read)."""
+        raise NotImplementedError
+
+    def restore_expiry(self) -> list[str]:
+        """restore_expiry: give each key that must expire and lost its expiry (a restore
+        from a backup, say) its expiry back; return those keys."""
+        raise NotImplementedError
+
+    def count(self) -> int:
+        """count: how many entries are stored."""
+        raise NotImplementedError
+
+    def bulk_target(self, block: int) -> tuple[str, int]:
+        """bulk_bits: the bitmap a migration ORs block ``block``'s bits into now, and
+        the expiry in ms it must carry (0: none)."""
+        raise NotImplementedError
+
+    def bulk_fill(self) -> tuple[str, float]:
+        """bulk_bits: where the bits go now (a bucket's label, or "") and about how
+        many fingerprints are there already."""
+        raise NotImplementedError
