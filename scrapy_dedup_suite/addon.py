@@ -18,7 +18,12 @@ from typing import Any
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.utils.misc import load_object
 
+from .backends import get_backend_class
+from .dupefilter import RFPDupeFilter
+from .janitor import JanitorExtension
+from .middleware import BatchDedupMiddleware
 from .settings_table import read
+from .summary import DedupSummary
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +38,6 @@ class Addon:
     """``ADDONS = {"scrapy_dedup_suite.Addon": 300}``: see the module's docstring."""
 
     def update_settings(self, settings: BaseSettings) -> None:
-        from .backends import get_backend_class
-        from .dupefilter import RFPDupeFilter
-        from .janitor import JanitorExtension
-        from .middleware import BatchDedupMiddleware
-        from .summary import DedupSummary
-
         said: list[str] = []
         kept: list[str] = []
         current = settings.get("DUPEFILTER_CLASS")

@@ -41,7 +41,7 @@ from redis.exceptions import LockError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from .backends import DedupBackend, admission
+from .backends import DedupBackend, admission, build_backend, check_settings
 from .backends.keys import as_str, janitor_lock_key, janitor_state_key, read_hash
 from .backends.purge import OnScan
 from .options import JanitorOptions
@@ -326,8 +326,6 @@ class JanitorExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
-        from .backends import check_settings
-
         check_settings(crawler.settings)  # before the engine starts: see check_settings
         interval = JanitorOptions.from_settings(crawler.settings).interval
         if interval == 0:
@@ -339,8 +337,6 @@ class JanitorExtension:
 
     def spider_opened(self, spider: Spider) -> None:
         from apscheduler.triggers.interval import IntervalTrigger
-
-        from .backends import build_backend
 
         settings = self.crawler.settings
         backend = build_backend(settings, spider.name)

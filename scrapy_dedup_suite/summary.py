@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
+from .backends import build_backend, check_settings
 from .config import human_bytes
 from .reports import FilterFill
 
@@ -80,16 +81,12 @@ class DedupSummary:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DedupSummary:
-        from .backends import check_settings
-
         check_settings(crawler.settings)  # before the engine starts: see check_settings
         ext = cls(crawler, crawler.settings.get("DEDUP_SUMMARY_JSON"))
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
-        from .backends import build_backend
-
         backend = build_backend(self.crawler.settings, spider.name)
         try:
             info = backend.info()

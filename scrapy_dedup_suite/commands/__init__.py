@@ -12,6 +12,7 @@ from scrapy.spiderloader import get_spider_loader
 
 from ..backends import DedupBackend, build_backend
 from ..connection import get_redis, redis_source, unreachable
+from ..settings_table import read
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +62,6 @@ def target_backend(settings: Settings, opts: argparse.Namespace) -> tuple[Settin
 
 def settings_value(settings: Settings, name: str, option: Any) -> Any:
     """A command-line option when given, else the setting (else its default)."""
-    from ..settings_table import read
-
     return option if option is not None else read(settings, name)
 
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scrapy_dedup_suite.bloom_math import BloomParams
 from scrapy_dedup_suite.config import human_bytes
 
 
@@ -100,8 +101,6 @@ class Plan:
         held = self.items_already + self.new_members
         if self.layers or self.target_exists or not held or self.capacity < 100 * held:
             return []
-        from scrapy_dedup_suite.bloom_math import BloomParams
-
         suggested = max(10_000, int(10 * held))
         smaller = BloomParams.from_capacity(suggested, self.error_rate).memory_bytes
         return [
