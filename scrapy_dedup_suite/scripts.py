@@ -33,10 +33,11 @@ def _read(name: str) -> str:
     )
 
 
-def includes(name: str) -> list[str]:
+def includes(name: str, text: str | None = None) -> list[str]:
     """The fragments script ``name`` names on its first line (``-- include: prelude,
-    stamp``), each with what it includes first, each once: the prelude always first."""
-    first = _read(name).partition("\n")[0]
+    stamp``), each with what it includes first, each once: the prelude always first.
+    ``text``: the script's source, when it is not a file of ``lua/``."""
+    first = (_read(name) if text is None else text).partition("\n")[0]
     if not first.startswith(INCLUDE):
         raise ValueError(f"lua/{name}.lua must start with '{INCLUDE}prelude[, ...]'")
     order: list[str] = []
@@ -56,9 +57,14 @@ BY_SHA: dict[str, LuaScript] = {}
 
 
 class LuaScript:
-    def __init__(self, name: str) -> None:
+    """A script of ``lua/`` (``name``), or of a backend of one's own (``text``: its
+    source, whose first line names the fragments of ``lua/`` it uses, as the package's
+    scripts do: ``-- include: prelude``)."""
+
+    def __init__(self, name: str, text: str | None = None) -> None:
         self.name = name
-        self.source = "\n".join([*(_read(part) for part in includes(name)), _read(name)])
+        body = _read(name) if text is None else text
+        self.source = "\n".join([*(_read(part) for part in includes(name, text)), body])
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
 

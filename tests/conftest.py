@@ -30,6 +30,7 @@ from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedServerError
 from scrapy_dedup_suite.native_math import NativeParams
 from scrapy_dedup_suite.windows import WindowSpec
 
+from .digest_backend import DigestSetBackend
 from .helpers import SETTINGS_ROWS, connect
 from .servers import (
     RedisServer,
@@ -272,6 +273,10 @@ BACKENDS["windowed-native-bloom"] = lambda server, key="t:dedup", **kw: Windowed
     server, key, kw.get("params", NATIVE_GROWING), kw.get("window", WindowSpec.parse("day", 3))
 )
 NATIVE_ROWS = ("native-bloom", "windowed-native-bloom")
+
+# A backend of one's own, defined in the test suite (digest_backend.py) and chosen by
+# its dotted path: the whole table runs with it, so the seam a contributor uses is tested.
+BACKENDS["digest-set"] = lambda server, key="t:dedup", **kw: DigestSetBackend(server, key)
 
 assert set(SETTINGS_ROWS) == set(BACKENDS)  # the same rows, built from settings (helpers.py)
 

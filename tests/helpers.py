@@ -35,6 +35,7 @@ SETTINGS_ROWS: dict[str, dict[str, Any]] = {
         "DEDUP_BACKEND": "windowed-native-bloom",
         "DEDUP_BLOOM_SCALING": True,
     },
+    "digest-set": {"DEDUP_BACKEND": "tests.digest_backend.DigestSetBackend"},
 }
 
 SCHEDULERS = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from scrapy_dedup_suite.backends import get_backend_class
+
 from .conftest import ROWS
 from .helpers import SCHEDULERS, SETTINGS_ROWS, all_keys, crawl, settings_for
 
@@ -21,7 +23,7 @@ def test_crawl_filters_every_duplicate(
     first = crawl(tmp_path, site, settings, "first")
     stats = first["stats"]
     unique = site.pages
-    name = SETTINGS_ROWS[backend]["DEDUP_BACKEND"]
+    name = get_backend_class(SETTINGS_ROWS[backend]["DEDUP_BACKEND"]).name
     assert first["deprecations"] == []
     assert stats["downloader/response_status_count/200"] == unique
     assert stats["dedup/backend"] == name

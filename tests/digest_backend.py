@@ -1,0 +1,84 @@
+"""A backend of one's own, defined outside the package: an exact set of 8-byte digests
+of the fingerprints (SHA1's first eight bytes), one key, its own two Lua scripts.
+
+It is what a user would write, from the package's public pieces only: ``DedupBackend``
+with its layout (one group: the set), ``Capabilities``, ``LuaScript`` with its source.
+``DEDUP_BACKEND = "tests.digest_backend.DigestSetBackend"`` selects it, and the test
+suite runs the whole backend table with it (the ``digest-set`` row of conftest.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from scrapy_dedup_suite.backends import DedupBackend
+from scrapy_dedup_suite.backends.capabilities import Capabilities
+from scrapy_dedup_suite.reports import Contents, Fingerprints
+from scrapy_dedup_suite.scripts import LuaScript
+
+#: Check-and-add: KEYS, the set; ARGV, per fingerprint its key's number in the call
+#: and its digest. One answer per fingerprint: 1 seen, 0 new.
+DIGEST_ADD = LuaScript(
+    "digest_add",
+    """-- include: prelude
+local out = {}
+for i = 1, #ARGV, 2 do
+  out[#out + 1] = 1 - rcall('SADD', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
+end
+return out
+""",
+)
+#: Whether one digest (ARGV[1]) is in the set (KEYS[1]): 1 or 0.
+DIGEST_CONTAINS = LuaScript(
+    "digest_contains",
+    """-- include: prelude
+return rcall('SISMEMBER', KEYS[1], ARGV[1])
+""",
+)
+
+
+def digest(fingerprint: str) -> bytes:
+    return hashlib.sha1(fingerprint.encode()).digest()[:8]
+
+
+class DigestSetBackend(DedupBackend):
+    name = "digest-set"
+    default_key = "%(spider)s:digests"
+    capabilities = Capabilities(count=True, stable_answers=True)
+    add_script = DIGEST_ADD
+    contains_script = DIGEST_CONTAINS
+
+    def with_key(self, key: str) -> DigestSetBackend:
+        return DigestSetBackend(self.server, key)
+
+    # -- the layout: one group, the set --------------------------------------------------
+
+    def add_group(self, fingerprint: str) -> int:
+        return 0
+
+    def group_keys(self, group: int, context: Any) -> list[str]:
+        return [self.key]
+
+    def add_header(self, context: Any) -> list[Any]:
+        return []
+
+    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
+        return [digest(fingerprint)]
+
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        return [self.key], [digest(fingerprint)]
+
+    # -- what it holds ----------------------------------------------------------------------
+
+    def owned_keys(self) -> list[str]:
+        return [self.key]
+
+    def expected_types(self) -> dict[str, str]:
+        return {self.key: "set"}
+
+    def count(self) -> int:
+        return int(self.server.scard(self.key))
+
+    def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
+        return [Fingerprints(self.count())]
