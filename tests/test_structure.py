@@ -67,3 +67,24 @@ def test_no_module_is_longer_than_a_reader_holds():
 def test_the_dupefilter_class_stays_small():
     lines = len(inspect.getsource(RFPDupeFilter).splitlines())
     assert lines <= DUPEFILTER_LINES, f"RFPDupeFilter is {lines} lines"
+
+
+def test_no_class_takes_a_method_back_from_a_base_by_assignment():
+    """``contains = DedupBackend.contains`` in a class body undoes an override of another
+    base: a hierarchy that needs it has a layout in the wrong class."""
+    found = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for statement in node.body:
+                value = getattr(statement, "value", None)
+                if (
+                    isinstance(statement, ast.Assign)
+                    and isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id[:1].isupper()
+                    and any(getattr(t, "id", None) == value.attr for t in statement.targets)
+                ):
+                    found.append(f"{path.relative_to(PACKAGE)}:{statement.lineno}")
+    assert not found, f"methods taken back by assignment: {found}"

@@ -34,7 +34,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, fields, replace
 from typing import Any
 
@@ -324,19 +324,13 @@ class CompactBackend(DedupBackend):
         bucket, field = self.locate(fingerprint)
         return bucket, [field]
 
-    def contains(self, fingerprint: str) -> bool:
-        bucket, field = self.locate(fingerprint)
-        return bool(self.server.execute_command("HEXISTS", self.bucket_key(bucket), field))
+    @property
+    def contains_script(self) -> scripts.LuaScript:
+        return scripts.COMPACT_CONTAINS
 
-    def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
-        out: list[bool] = []
-        for batch in chunks(fingerprints):
-            pipe = self.server.pipeline(transaction=False)
-            for fingerprint in batch:
-                bucket, field = self.locate(fingerprint)
-                pipe.execute_command("HEXISTS", self.bucket_key(bucket), field)
-            out += [bool(v) for v in pipe.execute()]
-        return out
+    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return [self.bucket_key(bucket)], [field]
 
     def count(self) -> int:
         return self.census()[1]

@@ -31,7 +31,6 @@ from ..connection import node_of
 from ..options import HashOptions
 from ..reports import CompactBuckets, Contents, HashFields
 from ..settings_table import default
-from .base import DedupBackend
 from .compact import CompactBackend
 from .expiry import (
     BUCKETS_LAYOUT,
@@ -60,9 +59,6 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     layout = BUCKETS_LAYOUT
     capabilities = HASH_CAPABILITIES
     expiry_unit_ms = 1000
-    # Membership honours the expiry: the contains script's (CompactBackend's is HEXISTS).
-    contains = DedupBackend.contains
-    contains_many = DedupBackend.contains_many
 
     def __init__(
         self,
