@@ -125,10 +125,9 @@ class RFPDupeFilter(BaseDupeFilter):
         #: open when this filter is empty, to warn of a silent full re-crawl).
         self.others: dict[str, str] = {}
         self.spider_name = ""
-        #: The clock of the crawl's age and of eviction checks (injectable).
-        self.clock: Callable[[], float] = time.monotonic
+        self._clock: Callable[[], float] = time.monotonic
         self.uses_expire = backend.capabilities.expiring_fingerprints
-        self.expiry = RequestExpiry(self.counts, lambda: self.clock())
+        self.expiry = RequestExpiry(self.counts, self._clock)
         self.fingerprint = fingerprint or scrapy_redis_fingerprint
         # A subclass that overrides request_fingerprint() (as scrapy-redis's
         # subclasses do) is honoured; without one, request_seen calls the
@@ -146,12 +145,21 @@ class RFPDupeFilter(BaseDupeFilter):
         self.settings = settings
         self.crawler: Crawler | None = None
         #: Eviction noticed while crawling (the policy, and keys evicted since open).
-        self.eviction = EvictionWatch(lambda: self.clock())
+        self.eviction = EvictionWatch(self._clock)
         self.known = local_cache_for(backend, check("DEDUP_LOCAL_CACHE", local_cache))
 
     @property
     def stats(self) -> StatsCollector | None:
         return self.counts.stats
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock of the crawl's age and of eviction checks (injectable)."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._clock = self.expiry.clock = self.eviction.clock = clock
 
     # scrapy-redis's RFPDupeFilter exposes these; code written for it reads and sets them.
     @property
@@ -301,7 +309,7 @@ class RFPDupeFilter(BaseDupeFilter):
                 return self.recovery.refused(request, fp, expire, failure)
             return self.recovery.after_failure(request, fp, expire, failure)
         unrecorded = self.recovery.unrecorded
-        if not seen and unrecorded and unrecorded.discard(fp):
+        if not seen and unrecorded.held and unrecorded.discard(fp):
             seen = True  # let through unrecorded before: crawled already, recorded now
         if known is not None:
             known.add(fp)

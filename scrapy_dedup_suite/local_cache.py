@@ -54,6 +54,9 @@ class Unrecorded(KnownFingerprints):
 
     def __init__(self, size: int = UNRECORDED_LIMIT) -> None:
         super().__init__(size)
+        #: The fingerprints (a dict: whether it is empty costs no Python call, which
+        #: the per-request path asks each time).
+        self.held = self._fps
         #: Requests of a batch answered "seen" here (the dupefilter counts them).
         self.let_through_again = 0
 

@@ -71,7 +71,9 @@ class DedupBackend(CapabilityMethods, ABC):
             raise ValueError(f"the Redis key must be a non-empty string, got {key!r}")
         self.server = server
         self.key = key
-        self._opened = False
+        #: Whether :meth:`open` has run since the backend was built or cleared (an
+        #: attribute, read on every request).
+        self.opened = False
         self._held_data = False
         self._stamp: str | None = None
         #: Replicas each write waits for (WAIT) and the most it waits (ms): see
@@ -88,10 +90,6 @@ class DedupBackend(CapabilityMethods, ABC):
         loses no fingerprint recorded. 0 replicas: no waiting (the default)."""
         self.wait_replicas = replicas
         self.wait_timeout_ms = max(1, round(timeout * 1000)) if replicas else 0
-
-    @property
-    def opened(self) -> bool:
-        return self._opened
 
     @property
     def held_data(self) -> bool:
@@ -114,7 +112,7 @@ class DedupBackend(CapabilityMethods, ABC):
         if server is not None:
             clone.server = server
         clone.wait_for_replicas(self.wait_replicas, self.wait_timeout_ms / 1000)
-        clone._opened = False
+        clone.opened = False
         return clone
 
     def with_key(self, key: str) -> DedupBackend:
@@ -139,12 +137,12 @@ class DedupBackend(CapabilityMethods, ABC):
         Raises :class:`WrongKeyTypeError` for a key of another type and
         :class:`FilterMismatchError` for a filter built with other parameters.
         """
-        if not self._opened:
+        if not self.opened:
             try:
                 self._open()
             except AskError as exc:  # MOVED / ASK: a cluster node seen through a plain client
                 raise cluster_node_error(exc) from None
-            self._opened = True
+            self.opened = True
 
     def meta_spec(self) -> MetaSpec | None:
         """The parameter record this backend keeps beside its data, if any."""
@@ -189,7 +187,7 @@ class DedupBackend(CapabilityMethods, ABC):
         # On a cluster, the master that refused may be one added since the slot map
         # was read: read it again, so that the scripts are loaded there too.
         refresh_slots(self.server)
-        self._opened = False
+        self.opened = False
         self.open()
 
     #: The setting that says how many keys the data is split into (for advice).
@@ -396,7 +394,7 @@ class DedupBackend(CapabilityMethods, ABC):
         """Delete every key the backend owns, and nothing else; return how many (see
         :func:`clearing.clear`: nothing is deleted if any key holds another type)."""
         deleted = clearing.clear(self)
-        self._opened = False
+        self.opened = False
         return deleted
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
