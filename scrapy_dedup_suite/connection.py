@@ -152,7 +152,7 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
 
 def redis_source(settings: BaseSettings) -> str:
     """The setting(s) that choose the dupefilter's server, for messages."""
-    if settings.get("DEDUP_REDIS_SENTINELS"):
+    if settings.get("DEDUP_REDIS_SENTINELS"):  # (messages: named as set, not checked)
         return "DEDUP_REDIS_SENTINELS"
     if settings.get("DEDUP_REDIS_URL"):
         return "DEDUP_REDIS_URL"
@@ -219,17 +219,9 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
     otherwise; a ``RedisCluster`` client when ``DEDUP_REDIS_CLUSTER`` is true. It
     never re-sends a command by itself (:func:`without_retries`). ``socket_timeout``
     replaces REDIS_PARAMS' (the dupefilter's DEDUP_SOCKET_TIMEOUT)."""
-    params = settings.get("REDIS_PARAMS")
-    if params is not None and not isinstance(params, (dict, BaseSettings)):
-        raise DedupConfigError(
-            f"REDIS_PARAMS must be a dict of redis-py client arguments, got {params!r}"
-        )
-    url_setting = "DEDUP_REDIS_URL" if settings.get("DEDUP_REDIS_URL") else "REDIS_URL"
-    url = settings.get(url_setting)
-    if url is not None and not isinstance(url, str):
-        raise DedupConfigError(
-            f"{url_setting} must be a string such as 'redis://127.0.0.1:6379/0', got {url!r}"
-        )
+    params = read(settings, "REDIS_PARAMS")
+    url_setting = "DEDUP_REDIS_URL" if read(settings, "DEDUP_REDIS_URL") else "REDIS_URL"
+    url = read(settings, url_setting)
     if url_setting == "REDIS_URL" and (url or "").startswith(SENTINEL_SCHEME + "://"):
         raise DedupConfigError(
             f"REDIS_URL {url!r} names sentinels, and scrapy-redis's queue, which reads "
@@ -240,7 +232,6 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
     # The settings scrapy-redis reads, with the dupefilter's own URL.
     chosen = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
     chosen.set("REDIS_URL", url)
-    params = dict(settings.getdict("REDIS_PARAMS"))
     for name in NUMERIC_PARAMS:
         value = params.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -47,15 +47,9 @@ class SentinelOptions:
     def from_settings(cls, settings: BaseSettings) -> SentinelOptions | None:
         """None unless the settings name sentinels (DEDUP_REDIS_SENTINELS, or a
         redis+sentinel:// DEDUP_REDIS_URL)."""
-        url = settings.get("DEDUP_REDIS_URL") or ""
-        listed = settings.get("DEDUP_REDIS_SENTINELS")
-        extra = settings.get("DEDUP_REDIS_SENTINEL_PARAMS") or {}
-        if not isinstance(extra, (dict, BaseSettings)):
-            raise DedupConfigError(
-                "DEDUP_REDIS_SENTINEL_PARAMS must be a dict of redis-py arguments for the "
-                f"sentinels' connections (e.g. {{'password': '...'}}), got {extra!r}"
-            )
-        extra = dict(extra)
+        url = read(settings, "DEDUP_REDIS_URL") or ""
+        listed = read(settings, "DEDUP_REDIS_SENTINELS")
+        extra = read(settings, "DEDUP_REDIS_SENTINEL_PARAMS")
         if isinstance(url, str) and url.startswith(SENTINEL_SCHEME + "://"):
             if listed:
                 raise DedupConfigError(

@@ -93,6 +93,33 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Url:
+    """A server's URL, or unset (None)."""
+
+    def __call__(self, name: str, value: Any) -> str | None:
+        if value is not None and not isinstance(value, str):
+            raise DedupConfigError(
+                f"{name} must be a string such as 'redis://127.0.0.1:6379/0', got {value!r}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Params:
+    """redis-py arguments: a dict (Scrapy's settings give one as a BaseSettings); unset,
+    an empty one. ``what``: whose connections they are for, in the error."""
+
+    what: str
+
+    def __call__(self, name: str, value: Any) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, (dict, BaseSettings)):
+            raise DedupConfigError(f"{name} must be a dict of redis-py {self.what}, got {value!r}")
+        return dict(value)
+
+
+@dataclass(frozen=True)
 class Checked:
     """Passed on as given: the component it configures checks it with the settings
     it depends on (a window and its time zone, sentinels and their URL...), naming it."""

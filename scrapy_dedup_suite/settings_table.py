@@ -22,9 +22,11 @@ from .settings_kinds import (
     Flag,
     FlagOrAuto,
     OneOf,
+    Params,
     Seconds,
     Setting,
     Text,
+    Url,
     Whole,
 )
 
@@ -233,21 +235,21 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "REDIS_URL",
         None,
-        Checked("connection.get_redis"),
+        Url(),
         "the connection, built exactly as scrapy-redis builds it (also `REDIS_HOST`, `REDIS_PORT`)",
         owner="scrapy-redis",
     ),
     Setting(
         "REDIS_PARAMS",
         None,
-        Checked("connection.get_redis"),
+        Params("client arguments"),
         "redis-py client arguments (password, timeouts), for the dupefilter's connections too",
         owner="scrapy-redis",
     ),
     Setting(
         "DEDUP_REDIS_URL",
         None,
-        Checked("connection.get_redis"),
+        Url(),
         "where the fingerprints live, if not on scrapy-redis's server (`REDIS_PARAMS` apply)",
         shown="unset (= `REDIS_URL`)",
     ),
@@ -280,7 +282,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "DEDUP_REDIS_SENTINEL_PARAMS",
         None,
-        Checked("sentinel.SentinelOptions"),
+        Params("arguments for the sentinels' connections (e.g. {'password': '...'})"),
         "redis-py arguments for the sentinels' own connections (a password)",
     ),
     Setting(

@@ -224,6 +224,8 @@ def test_custom_backend_by_dotted_path(redis_server, server):
         ({"DEDUP_BACKEND": "hash", "DEDUP_HASH_SHARDS": 10**6}, r"DEDUP_HASH_SHARDS .* 4,096"),
         ({"SCHEDULER_DUPEFILTER_KEY": "%s"}, r"only placeholder is %\(spider\)s"),
         ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, r"REDIS_PARAMS\['socket_timeout'\]"),
+        ({"REDIS_PARAMS": "password=x"}, "REDIS_PARAMS must be a dict of redis-py client"),
+        ({"REDIS_URL": 6379}, "REDIS_URL must be a string such as 'redis://"),
         ({"DEDUP_SOCKET_TIMEOUT": 0}, "DEDUP_SOCKET_TIMEOUT"),
         ({"DEDUP_ERROR_RETRIES": 10**9}, "DEDUP_ERROR_RETRIES must be a whole number from 0 to 10"),
         (
