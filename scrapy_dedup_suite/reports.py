@@ -108,6 +108,21 @@ class FilterFill:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What a filter holds and how it is laid out (``DedupBackend.holding()``): what a
+    migration into it plans with."""
+
+    #: Fingerprints held: counted (an exact filter) or estimated (a Bloom filter).
+    fingerprints: float
+    #: The keys (shards, blocks, groups of buckets) they are spread over.
+    keys: int
+    #: What the filter was sized for; 0: no capacity (it grows, or has no size).
+    capacity: int = 0
+    #: Redis memory a fingerprint is expected to take there, when it is known.
+    bytes_per_fingerprint: float | None = None
+
+
 # -- what a filter holds, for dedup-info (DedupBackend.contents) -------------------------
 
 

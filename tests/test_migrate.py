@@ -18,6 +18,7 @@ from scrapy_dedup_suite.migrations import SetMigration, VerificationError
 from scrapy_dedup_suite.migrations.writers import positions
 from scrapy_dedup_suite.windows import WindowSpec
 
+from .digest_backend import DigestSetBackend
 from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
@@ -353,6 +354,21 @@ def test_a_set_migrates_into_the_hash_backend(server):
     with pytest.raises(TargetError, match="Choose bloom, windowed-bloom, hash or compact"):
         SetMigration(SetBackend(server, "t:s"), "src2")
     assert server.keys("t:s*") == []
+
+
+def test_a_set_migrates_into_a_backend_of_ones_own(server):
+    """The migration asks its target what it holds (``holding()``), typed, so an exact
+    backend of one's own (the test suite's digest set) is a target like the package's."""
+    members = fingerprints(3000)
+    fill_set(server, "src", members)
+    target = DigestSetBackend(server, "t:digests")
+    plan = SetMigration(target, "src").plan()
+    assert (plan.items_already, plan.blocks, plan.capacity) == (0.0, 1, 0)
+    report = SetMigration(target, "src", batch=500, round_size=1000, verify="all").run()
+    assert report.migrated == len(members) and report.verified == len(members)
+    assert server.scard("t:digests") == len(members)
+    again = SetMigration(target, "src").plan()
+    assert again.items_already == len(members)  # counted, as an exact filter's are
 
 
 @pytest.mark.subprocess

@@ -17,7 +17,7 @@ from .. import scripts
 from ..connection import is_cluster, nodes_of, refresh_slots
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..failures import cluster_node_error
-from ..reports import Contents
+from ..reports import Contents, Holding
 from . import admission, calls, clearing, record
 from .calls import FailedCall, one_call
 from .capabilities import METHODS, Capabilities, CapabilityMethods
@@ -402,6 +402,11 @@ class DedupBackend(CapabilityMethods, ABC):
         reports that say themselves in words; its fill is :meth:`filter_reports`).
         ``info``: as for :meth:`filter_reports`."""
         return []
+
+    def holding(self) -> Holding:
+        """What the filter holds, typed (by default: its ``count()`` if it declares one)."""
+        held = float(self.count()) if self.capabilities.count else 0.0
+        return Holding(held, max(1, len(self.owned_keys())))
 
     def info(self) -> dict[str, Any]:
         """What an operator wants to know: parameters, sizes, memory."""

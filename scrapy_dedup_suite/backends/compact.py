@@ -44,7 +44,7 @@ from scrapy.settings import BaseSettings
 from .. import scripts
 from ..connection import is_cluster, masters, nodes_of
 from ..options import CompactOptions
-from ..reports import CompactBuckets, Contents
+from ..reports import CompactBuckets, Contents, Holding
 from ..settings_table import check, default
 from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
@@ -416,6 +416,10 @@ class CompactBackend(DedupBackend):
     def expected_bytes_per_fingerprint(self) -> float:
         """Redis memory a fingerprint takes in buckets that stay listpacks (measured)."""
         return BYTES_PER_FINGERPRINT
+
+    def holding(self) -> Holding:
+        per = self.expected_bytes_per_fingerprint()
+        return Holding(float(self.count()), self.shards, self.capacity, per)
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         info = self.info() if info is None else info

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..options import HashOptions
-from ..reports import Contents, HashFields
+from ..reports import Contents, HashFields, Holding
 from ..settings_table import check, default
 from .expiry import (  # noqa: F401 - stored_layout re-exported
     BY_JANITOR,
@@ -165,6 +165,9 @@ class HashBackend(ExpiringHash):
         for key in self.shard_keys:
             pipe.hlen(key)
         return sum(int(n) for n in pipe.execute())
+
+    def holding(self) -> Holding:
+        return Holding(float(self._fields()), self.shards)
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         info = self.info() if info is None else info

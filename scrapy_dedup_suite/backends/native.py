@@ -34,7 +34,7 @@ from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..native_math import NativeParams, native_error_rate
 from ..options import NativeBloomOptions, WindowOptions
-from ..reports import BloomSizing, Contents, FilterFill, ServerFilters
+from ..reports import BloomSizing, Contents, FilterFill, Holding, ServerFilters
 from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
@@ -279,6 +279,13 @@ class NativeBloomBackend(DedupBackend):
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), **self.describe()}
+
+    def holding(self) -> Holding:
+        """Estimated items (a windowed filter's buckets: none counted here), and the
+        capacity of a NONSCALING filter (a scalable one grows: 0)."""
+        p = self.params
+        held = float(self.describe().get("estimated_items", 0.0))
+        return Holding(held, p.blocks, 0 if p.expansion else p.block_capacity * p.blocks)
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         p = self.params

@@ -164,25 +164,22 @@ class SetMigration:
     def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
         """The plan for an exact target (hash, compact): no capacity, no false positives; each
         fingerprint stays seen for the target's expiry from the migration on."""
-        info = self.target.info()
-        already = float(info["fields"]) if exists else 0.0
+        held = self.target.holding()
+        already = held.fingerprints if exists else 0.0
+        per = held.bytes_per_fingerprint
         return self._plan(
             members,
             source_memory,
             exists,
             # Buckets are sized for DEDUP_COMPACT_CAPACITY; the shards have no capacity.
-            capacity=int(getattr(self.target, "capacity", 0) or 0),
+            capacity=held.capacity,
             error_rate=0.0,
             bits=0,
             hashes=0,
-            blocks=int(info["shards"]),
-            # Buckets: what they were measured to take a fingerprint (docs/backends.md); shards:
-            # about what the set takes (a field and its expiry against a member).
-            target_memory=(
-                round(per * (already + members))
-                if (per := info.get("expected_bytes_per_fingerprint"))
-                else source_memory
-            ),
+            blocks=held.keys,
+            # Buckets: what they were measured to take a fingerprint (docs/backends.md); where
+            # that is not known (the shards), about what the set takes.
+            target_memory=round(per * (already + members)) if per else source_memory,
             items_already=already,
             resulting_error_rate=0.0,
             new_members=members,
@@ -194,9 +191,10 @@ class SetMigration:
         the filter's check-and-add (BF.INSERT), in batches; a NONSCALING filter has a
         capacity to check, a scalable one grows."""
         p = self.target.params
-        already = float(self.target.info().get("estimated_items", 0)) if exists else 0.0
+        held = self.target.holding()
+        already = held.fingerprints if exists else 0.0
         new_members = self._new_members(members) if exists else members
-        capacity = p.block_capacity * p.blocks if not p.expansion else 0
+        capacity = held.capacity
         return self._plan(
             members,
             source_memory,
