@@ -75,7 +75,7 @@ def test_links_yielded_before_a_callback_raises_are_crawled(
     plain = crawl(tmp_path, tree, settings, "plain", raise_at=raise_at)
     flush(server)
     batched = crawl(tmp_path, tree, {**settings, **BATCHED}, "batched", raise_at=raise_at)
-    assert batched["pages"] == plain["pages"]
+    assert batched["pages"] == plain["pages"], batched["log"][-3000:]
     assert 10 < len(plain["pages"]) < tree.pages  # the raising pages cut subtrees off
     assert batched["stats"]["dedup/batches"] > 0
     assert (
@@ -95,7 +95,7 @@ def test_a_middleware_after_it_turns_batching_off_and_loses_nothing(
     plain = crawl(tmp_path, tree, settings, "plain")
     flush(server)
     batched = crawl(tmp_path, tree, middlewares(settings, {MIDDLEWARE: 50}), "batched")
-    assert batched["pages"] == plain["pages"]
+    assert batched["pages"] == plain["pages"], batched["log"][-3000:]
     if other == COPYING:
         assert len(plain["pages"]) == tree.pages
     assert "dedup/batches" not in batched["stats"]
@@ -112,7 +112,7 @@ def test_a_middleware_before_it_is_batched_and_loses_nothing(
     plain = crawl(tmp_path, tree, settings, "plain")
     flush(server)
     batched = crawl(tmp_path, tree, middlewares(settings, {MIDDLEWARE: 50}), "batched")
-    assert batched["pages"] == plain["pages"]
+    assert batched["pages"] == plain["pages"], batched["log"][-3000:]
     assert batched["stats"]["dedup/batches"] > 0
     assert "dedup/batch_unclaimed" not in batched["stats"]
 
