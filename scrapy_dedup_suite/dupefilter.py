@@ -152,6 +152,10 @@ class RFPDupeFilter(BaseDupeFilter):
     def stats(self) -> StatsCollector | None:
         return self.counts.stats
 
+    @stats.setter
+    def stats(self, stats: StatsCollector | None) -> None:
+        self.counts.stats = stats
+
     @property
     def clock(self) -> Callable[[], float]:
         """The clock of the crawl's age and of eviction checks (injectable)."""

@@ -9,6 +9,7 @@ import pytest
 import redis
 import scrapy
 from scrapy import Request
+from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 
@@ -356,3 +357,13 @@ def test_a_filter_is_not_warned_about_as_another_when_every_backend_shares_its_k
     shared = {"SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter"}
     make(redis_server, DEDUP_BACKEND="compact", **shared)
     assert "holds nothing yet" not in caplog.text
+
+
+def test_stats_given_after_construction_are_counted_in(redis_server, server):
+    df = make(redis_server)
+    stats = StatsCollector(get_crawler(MySpider))
+    df.stats = stats  # as code written for a filter with a plain attribute does
+    for r in requests(2) * 2:
+        df.request_seen(r)
+    assert stats.get_value("dedup/added") == 2
+    assert stats.get_value("dedup/filtered") == 2
