@@ -172,7 +172,8 @@ class CompactBackend(DedupBackend):
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The bucket that holds ``fingerprint`` and its field there."""
         digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
-        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % self.buckets
+        buckets = self._buckets or self.resolve_buckets()  # (self.buckets, a call fewer)
+        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % buckets
         return bucket, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
 
     def bucket_key(self, bucket: int) -> str:
@@ -312,10 +313,11 @@ class CompactBackend(DedupBackend):
         return self.locate(fingerprint)[0]
 
     def group_keys(self, group: int, context: Any) -> list[str]:
-        return [self.stamp_keys[group % self.shards], self.bucket_key(group)]
+        shard = group % self.shards  # (bucket_key's, inlined: the per-request path)
+        return [self.stamp_keys[shard], f"{self._prefixes[shard]}{group}"]
 
     def add_header(self, context: Any) -> list[Any]:
-        return [self.stamp]
+        return [self._stamp or self.stamp]
 
     def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
         return self.place(fingerprint, expire)[1]

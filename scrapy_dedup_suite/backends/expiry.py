@@ -182,7 +182,7 @@ class ExpiringHash(DedupBackend):
 
     @property
     def add_script(self) -> scripts.LuaScript:
-        return self.expiry.add_script
+        return (self._expiry or self.resolve_expiry()).add_script
 
     @property
     def contains_script(self) -> scripts.LuaScript:
@@ -198,7 +198,7 @@ class ExpiringHash(DedupBackend):
     def add_header(self, context: Any) -> list[Any]:
         """The stamp and the unit of the stored expiries (hash_add.lua's arguments,
         which hash_field_add.lua takes too)."""
-        return [self.stamp, self.expiry_unit_ms]
+        return [self._stamp or self.stamp, self.expiry_unit_ms]
 
     def _open(self) -> None:
         self.resolve_expiry()
