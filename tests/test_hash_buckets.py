@@ -14,6 +14,7 @@ from scrapy.settings import Settings
 from scrapy_dedup_suite.backends import HashBackend, build_backend
 from scrapy_dedup_suite.backends.hash import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.exceptions import FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
 
 from .helpers import fingerprints, stored_expiry_ms
@@ -88,6 +89,18 @@ def test_a_new_filter_gets_buckets_and_an_old_one_keeps_its_shards(server):
     assert type(from_settings(server)) is HashBackend
     # At another key (df.key = ...), the layout stored there.
     assert isinstance(again.with_key("t:other"), HashBucketsBackend)
+
+
+def test_a_layout_this_version_does_not_know_is_refused_at_open_in_one_line(server):
+    """A record written by a later version (another layout) is not a reason to fail
+    with a KeyError: the backend is built, and opening it names what differs."""
+    new = from_settings(server)
+    new.open()
+    server.hset("t:h:meta", "layout", "9")
+    again = from_settings(server)
+    assert isinstance(again, HashBucketsBackend)
+    with pytest.raises(FilterMismatchError, match="layout"):
+        again.open()
 
 
 def test_expiries_are_whole_seconds_by_the_server_clock(server):

@@ -115,11 +115,14 @@ HASH_CAPABILITIES = Capabilities(expiring_fingerprints=True, purge_expired=True)
 
 
 def build_hash(server: Any, key: str, options: HashOptions) -> ExpiringHash:
-    """The hash backend for the filter stored at ``key``: the layout its record (or its
-    stamps, or its shards) says (:func:`stored_layout`), else, for a new filter, the
-    buckets. Without a server (a settings check), the buckets' parameters are checked."""
+    """The hash backend for the filter stored at ``key``: layout 1 where its record (or
+    its stamps, or its shards) says so (:func:`stored_layout`), else the buckets: a new
+    filter's, and any other layout's (a later version's), which opening then refuses
+    naming the layout. Without a server (a settings check), the buckets' parameters
+    are checked."""
     layout = stored_layout(server, key, options.shards) if server is not None else None
-    return ExpiringHash.layouts[layout or BUCKETS_LAYOUT].from_options(server, key, options)
+    chosen = SHARDS_LAYOUT if layout == SHARDS_LAYOUT else BUCKETS_LAYOUT
+    return ExpiringHash.layouts[chosen].from_options(server, key, options)
 
 
 class ExpiringHash(DedupBackend):
