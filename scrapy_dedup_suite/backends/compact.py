@@ -313,8 +313,7 @@ class CompactBackend(DedupBackend):
         return self.locate(fingerprint)[0]
 
     def group_keys(self, group: int, context: Any) -> list[str]:
-        shard = group % self.shards  # (bucket_key's, inlined: the per-request path)
-        return [self.stamp_keys[shard], f"{self._prefixes[shard]}{group}"]
+        return [self.stamp_keys[group % self.shards], self.bucket_key(group)]
 
     def add_header(self, context: Any) -> list[Any]:
         return [self._stamp or self.stamp]
