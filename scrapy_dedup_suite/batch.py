@@ -353,7 +353,7 @@ class Batches:
         for request, fp, outcome, was_known in zip(
             batch.requests, batch.fingerprints, result.outcomes, batch.known
         ):
-            if unrecorded:  # (empty unless Redis failed: then each such page passes once)
+            if unrecorded.held:  # (empty unless Redis failed: then each page passes once)
                 if outcome == UNCHECKED:
                     if fp in unrecorded:
                         outcome = SEEN

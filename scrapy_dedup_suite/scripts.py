@@ -64,7 +64,7 @@ class LuaScript:
     def __init__(self, name: str, text: str | None = None) -> None:
         self.name = name
         body = _read(name) if text is None else text
-        self.source = "\n".join([*(_read(part) for part in includes(name, text)), body])
+        self.source = "\n".join([*(_read(part) for part in includes(name, body)), body])
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
 
