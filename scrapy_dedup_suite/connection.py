@@ -10,9 +10,11 @@ client is :mod:`.sentinel`'s.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY, ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -39,8 +41,6 @@ NUMERIC_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_inte
 
 def is_cluster(server: Any) -> bool:
     """Whether ``server`` is a Redis Cluster client."""
-    from redis.cluster import RedisCluster
-
     return isinstance(server, RedisCluster)
 
 
@@ -107,6 +107,7 @@ def without_retries(server: Any) -> Any:
         # did not run, are followed as before.
         if server.retry.get_retries() != 0:
             server.set_retry(Retry(NoBackoff(), 0))
+        follow_asks_to_new_masters(server)
         return server
     pool = getattr(server, "connection_pool", None)
     if pool is None or _never_retries(pool.connection_kwargs):
@@ -121,6 +122,48 @@ def without_retries(server: Any) -> Any:
         connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
     )
     return type(server)(connection_pool=new_pool)
+
+
+def follow_asks_to_new_masters(server: Any) -> None:
+    """Make cluster client ``server`` follow an ASK to a master it has not discovered.
+
+    redis-py looks the node an ASK names up in its map, which lists the masters that
+    serve slots: a master added mid-crawl is not there while a slot moves onto it.
+    The lookup answered None and the redirection failed inside the client
+    (AttributeError, redis-py issue 4015) after it had disconnected and handed back
+    to its pool a second time the connection of its first try, which another thread
+    may hold by then: two threads then read each other's answers, and a call could
+    answer "seen" for pages it had just recorded as new. Here a name the map lacks
+    is made a node (a master: ASK names one), kept until the map lists it.
+    """
+    if getattr(server, "_dedup_follows_asks", False):
+        return
+    lookup = server.get_node
+    made: dict[str, ClusterNode] = {}
+    lock = threading.Lock()
+
+    def get_node(
+        host: str | None = None, port: int | None = None, node_name: str | None = None
+    ) -> ClusterNode | None:
+        node: ClusterNode | None = lookup(host, port, node_name)
+        if node_name is None or host is not None or port is not None:
+            return node  # (not the lookup of an ASK)
+        if node is not None:
+            if made:
+                with lock:
+                    stale = made.pop(node_name, None)  # the map lists it now
+                if stale is not None and stale.redis_connection is not None:
+                    stale.redis_connection.connection_pool.disconnect(inuse_connections=False)
+            return node
+        with lock:
+            node = made.get(node_name)
+            if node is None:
+                address, _, number = node_name.rpartition(":")
+                node = made[node_name] = ClusterNode(address, int(number), PRIMARY)
+        return node
+
+    server.get_node = get_node
+    server._dedup_follows_asks = True
 
 
 def server_time_ms(client: Any) -> int:
@@ -273,8 +316,6 @@ def _answered(exc: BaseException) -> bool:
 
 
 def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> Any:
-    from redis.cluster import RedisCluster
-
     if url is not None and url.startswith("unix:"):
         raise DedupConfigError(
             f"DEDUP_REDIS_CLUSTER is on but {url_setting}={url!r} is a Unix socket; a Redis "

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy.settings import Settings
 
+from scrapy_dedup_suite.connection import get_redis
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 
 from .conftest import ROWS
@@ -96,3 +98,27 @@ def test_resharding_during_a_crawl_loses_no_page(tmp_path, tree, cluster, row, b
     assert not missing, f"{len(missing)} page(s) lost: {missing[:20]}\n{result['log'][-3000:]}"
     assert max(tree.downloads.values()) <= 2, tree.downloads.most_common(3)
     assert "Traceback" not in result["log"], result["log"][-3000:]
+
+
+def test_an_ask_to_a_master_the_client_has_not_discovered_is_followed(cluster):
+    """redis-py follows an ASK only to a node of its map, which lists the masters that
+    serve slots. To a master added since, the redirection failed inside the client
+    (AttributeError) after the connection it had used was handed back to its pool a
+    second time, while another thread may have held it: two threads then read each
+    other's answers (a batch answered "seen" with another call's answer lost two pages
+    of a resharded crawl). The dupefilter's client follows it to the new master."""
+    server = get_redis(Settings({"REDIS_URL": cluster.url, "DEDUP_REDIS_CLUSTER": True}))
+    key = "{ask-to-a-new-master}:fp"
+    server.set(key, "recorded")
+    slot = server.keyslot(key)
+    reshard = Reshard(cluster, lambda c: [(slot, "new")])
+    for _ in range(3):  # a master added, the slot marked migrating, its one key moved
+        reshard.step()
+    assert reshard.keys_moved == 1 and not reshard.moved and not reshard.done
+    known = {node.name for node in server.get_nodes()}
+    assert f"127.0.0.1:{cluster.nodes[3].port}" not in known  # the client has not discovered it
+    script = "return redis.call('GET', KEYS[1])"
+    assert server.execute_command("EVAL", script, 1, key) == b"recorded"
+    reshard.finish()
+    assert server.execute_command("EVAL", script, 1, key) == b"recorded"
+    server.close()
