@@ -4,7 +4,9 @@
 
 At add-on priority (below a project's own settings, which still win) it sets
 ``DUPEFILTER_CLASS`` to this package's dupefilter, inserts ``BatchDedupMiddleware``
-into ``SPIDER_MIDDLEWARES`` (a page's links in one round trip), and enables the
+into ``SPIDER_MIDDLEWARES`` (a page's links in one round trip) and
+``FailedPagesMiddleware`` into ``DOWNLOADER_MIDDLEWARES`` (a page whose download failed
+for good is forgotten at the close, DEDUP_FORGET_FAILED), and enables the
 summary extension, and the janitor extension where the backend ``DEDUP_BACKEND`` names
 has expiries to purge or restore. What the project set itself is kept, and the log
 says what the add-on set and what it left.
@@ -18,8 +20,10 @@ from typing import Any
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.utils.misc import load_object
 
+from . import failed
 from .backends import get_backend_class
 from .dupefilter import RFPDupeFilter
+from .failed import FailedPagesMiddleware
 from .janitor import JanitorExtension
 from .middleware import BatchDedupMiddleware
 from .settings_table import read
@@ -58,6 +62,7 @@ class Addon:
         capabilities = get_backend_class(read(settings, "DEDUP_BACKEND")).capabilities
         components: list[tuple[str, type, int]] = [
             ("SPIDER_MIDDLEWARES", BatchDedupMiddleware, MIDDLEWARE_ORDER),
+            ("DOWNLOADER_MIDDLEWARES", FailedPagesMiddleware, failed.ORDER),
             ("EXTENSIONS", DedupSummary, SUMMARY_ORDER),
         ]
         if capabilities.purge_expired or capabilities.restore_expiry:

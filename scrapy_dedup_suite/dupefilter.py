@@ -45,6 +45,7 @@ from .connection import (
 from .counts import DedupCounts
 from .failures import ErrorPolicy, as_failure, is_transient
 from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
+from .forgetting import Forgetting
 from .local_cache import local_cache_for
 from .options import DupefilterOptions
 from .recovery import Recovery
@@ -129,17 +130,16 @@ class RFPDupeFilter(BaseDupeFilter):
         self.uses_expire = backend.capabilities.expiring_fingerprints
         self.expiry = RequestExpiry(self.counts, self._clock)
         self.fingerprint = fingerprint or scrapy_redis_fingerprint
-        # A subclass that overrides request_fingerprint() (as scrapy-redis's
-        # subclasses do) is honoured; without one, request_seen calls the
-        # fingerprint function directly.
+        # A subclass's request_fingerprint() (as scrapy-redis's subclasses have) is
+        # honoured; without one, request_seen calls the fingerprint function directly.
         overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
         self.fingerprint_of = self.request_fingerprint if overridden else self.fingerprint
-        #: The batch path (BatchDedupMiddleware) and what it admitted: request_seen
-        #: answers "new" for those without a round trip.
+        #: The batch path and what it admitted (request_seen answers "new" for those).
         self.batches = Batches(self)
         self.admitted = self.batches.admitted
         #: Failed and refused calls, and what was let through unrecorded.
         self.recovery = Recovery(self)
+        self.forgetting = Forgetting(self)  # and the pages that failed for good
         #: The settings the backend was built from (to open it again after a conversion)
         #: and the crawler (to stop the crawl under DEDUP_ON_ERROR='raise').
         self.settings = settings
@@ -318,6 +318,10 @@ class RFPDupeFilter(BaseDupeFilter):
         if known is not None:
             known.add(fp)
         return self.counts.counted(seen)
+
+    def forget(self, *requests: Request) -> int:
+        """Make these requests' pages new again (exact backends): how many were seen."""
+        return self.forgetting.forget(requests)
 
     def watch_eviction(self) -> None:
         """Read the server's eviction policy and evictions (EvictionWatch says when)."""

@@ -40,6 +40,13 @@ class KnownFingerprints:
     def clear(self) -> None:
         self._fps.clear()
 
+    def discard(self, fp: str) -> bool:
+        """Forget ``fp``; whether it was remembered."""
+        if fp in self._fps:
+            del self._fps[fp]
+            return True
+        return False
+
 
 #: The most fingerprints :class:`Unrecorded` remembers (about 150 bytes each).
 UNRECORDED_LIMIT = 100_000
@@ -59,13 +66,6 @@ class Unrecorded(KnownFingerprints):
         self.held = self._fps
         #: Requests of a batch answered "seen" here (the dupefilter counts them).
         self.let_through_again = 0
-
-    def discard(self, fp: str) -> bool:
-        """Forget ``fp``; whether it was remembered."""
-        if fp in self._fps:
-            del self._fps[fp]
-            return True
-        return False
 
 
 def local_cache_for(backend: DedupBackend, size: int) -> KnownFingerprints | None:

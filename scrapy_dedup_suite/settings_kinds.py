@@ -120,6 +120,25 @@ class Params:
 
 
 @dataclass(frozen=True)
+class HttpCodes:
+    """A list of HTTP status codes (``-s`` gives "500,503"), or unset (None)."""
+
+    def __call__(self, name: str, value: Any) -> list[int] | None:
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, int) and not isinstance(items, bool):
+            items = [items]
+        allowed = "a list of HTTP status codes from 100 to 599, e.g. [500, 502, 503]"
+        if not isinstance(items, (list, tuple, set, frozenset)):
+            raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
+        return [
+            config.check_int(name, item, minimum=100, maximum=599, allowed=allowed)
+            for item in items
+        ]
+
+
+@dataclass(frozen=True)
 class Checked:
     """Passed on as given: the component it configures checks it with the settings
     it depends on (a window and its time zone, sentinels and their URL...), naming it."""

@@ -21,6 +21,7 @@ from .settings_kinds import (
     Checked,
     Flag,
     FlagOrAuto,
+    HttpCodes,
     OneOf,
     Params,
     Seconds,
@@ -350,6 +351,22 @@ TABLE: tuple[Setting, ...] = (
         "fingerprints per process known to be recorded, answered without Redis (set and bloom "
         "only; about 150 bytes of crawler memory each)",
         shown="`0` (off)",
+    ),
+    Setting(
+        "DEDUP_FORGET_FAILED",
+        True,
+        Flag(),
+        "`FailedPagesMiddleware`: forget, when the spider closes, the pages whose download "
+        "failed for good in this run, so that the next run downloads them again (exact "
+        "backends; docs/failures.md)",
+    ),
+    Setting(
+        "DEDUP_FAILED_HTTP_CODES",
+        None,
+        HttpCodes(),
+        "`FailedPagesMiddleware`: HTTP codes that mean a download failed for good once "
+        "RetryMiddleware gave up (404 and 410 are answers, not failures)",
+        shown="`RETRY_HTTP_CODES`",
     ),
     Setting(
         "DEDUP_SUMMARY_JSON",

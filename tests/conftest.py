@@ -165,6 +165,7 @@ SUBPROCESS_MODULES = {
     "test_bench",
     "test_middleware",
     "test_messages",
+    "test_failed_pages",
 }
 
 

@@ -9,11 +9,12 @@ suite runs the whole backend table with it (the ``digest-set`` row of conftest.p
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scrapy_dedup_suite.backends import DedupBackend
 from scrapy_dedup_suite.backends.capabilities import Capabilities
+from scrapy_dedup_suite.backends.forget import remove
 from scrapy_dedup_suite.reports import Contents, Fingerprints
 from scrapy_dedup_suite.scripts import LuaScript
 
@@ -45,7 +46,7 @@ def digest(fingerprint: str) -> bytes:
 class DigestSetBackend(DedupBackend):
     name = "digest-set"
     default_key = "%(spider)s:digests"
-    capabilities = Capabilities(count=True, stable_answers=True)
+    capabilities = Capabilities(count=True, stable_answers=True, forget=True)
     add_script = DIGEST_ADD
     contains_script = DIGEST_CONTAINS
 
@@ -79,6 +80,9 @@ class DigestSetBackend(DedupBackend):
 
     def count(self) -> int:
         return int(self.server.scard(self.key))
+
+    def forget_many(self, fingerprints: Iterable[str]) -> int:
+        return remove(self.server, "SREM", ((self.key, digest(fp)) for fp in fingerprints))
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         return [Fingerprints(self.count())]

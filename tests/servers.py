@@ -152,6 +152,10 @@ class Site:
         self.downloads: Counter[int] = Counter()  # how often each page was served
         #: Called with the page number before each page is served (in a server thread).
         self.on_hit: Callable[[int], None] | None = None
+        #: Pages that fail instead of being served: "drop" (the connection closed
+        #: without an answer) or "503"; each failure counted in ``failures``.
+        self.failing: dict[int, str] = {}
+        self.failures: Counter[int] = Counter()
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -166,6 +170,12 @@ class Site:
                     return
                 if site.on_hit is not None:
                     site.on_hit(n)
+                failure = site.failing.get(n)
+                if failure is not None:
+                    site.failures[n] += 1
+                    if failure == "503":
+                        self.send_error(503)
+                    return  # "drop": the connection closes with no answer
                 site.hits += 1
                 site.served.add(n)
                 site.downloads[n] += 1

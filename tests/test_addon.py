@@ -12,6 +12,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.addon import Addon
 from scrapy_dedup_suite.exceptions import DedupConfigError
+from scrapy_dedup_suite.failed import FailedPagesMiddleware
 from scrapy_dedup_suite.janitor import JanitorExtension
 from scrapy_dedup_suite.middleware import BatchDedupMiddleware
 from scrapy_dedup_suite.summary import DedupSummary
@@ -56,6 +57,7 @@ def test_a_crawl_with_the_addon_alone_batches_each_page(tmp_path, site, redis_ur
     assert calls <= site.pages + 10 < site.offered() / 5  # (+ the filter's creation)
     assert "scrapy_dedup_suite add-on set DUPEFILTER_CLASS = " in result["log"]
     assert "SPIDER_MIDDLEWARES[BatchDedupMiddleware] = 50" in result["log"]
+    assert "DOWNLOADER_MIDDLEWARES[FailedPagesMiddleware] = 540" in result["log"]
     assert "dedup/redis_memory_bytes" in stats  # the summary extension ran
 
 
@@ -96,6 +98,7 @@ def test_the_janitor_where_the_backend_has_expiries(backend, janitor):
     assert extensions.get(DedupSummary) == 900
     assert (JanitorExtension in extensions) is janitor
     assert settings.getdict("SPIDER_MIDDLEWARES").get(BatchDedupMiddleware) == 50
+    assert settings.getdict("DOWNLOADER_MIDDLEWARES").get(FailedPagesMiddleware) == 540
 
 
 def test_project_orders_and_subclasses_are_kept():

@@ -66,7 +66,7 @@ def test_readme_links_pages_that_exist_and_every_page_is_linked():
 def test_the_settings_by_hand_are_what_the_addon_sets():
     """getting-started's "Without the add-on" block names the classes and orders the
     add-on uses, so that a project configured by hand gets what the add-on gives."""
-    from scrapy_dedup_suite import addon
+    from scrapy_dedup_suite import addon, failed
     from scrapy_dedup_suite.janitor import JanitorExtension
     from scrapy_dedup_suite.middleware import BatchDedupMiddleware
     from scrapy_dedup_suite.summary import DedupSummary
@@ -82,6 +82,7 @@ def test_the_settings_by_hand_are_what_the_addon_sets():
 
     assert settings["DUPEFILTER_CLASS"] == addon.DUPEFILTER
     assert settings["SPIDER_MIDDLEWARES"] == {path(BatchDedupMiddleware): addon.MIDDLEWARE_ORDER}
+    assert settings["DOWNLOADER_MIDDLEWARES"] == {path(failed.FailedPagesMiddleware): failed.ORDER}
     assert settings["EXTENSIONS"] == {
         path(DedupSummary): addon.SUMMARY_ORDER,
         path(JanitorExtension): addon.JANITOR_ORDER,

@@ -6,7 +6,7 @@ must define its methods (checked when the class is made)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -28,8 +28,8 @@ class Capabilities:
     #: Some keys carry an expiry (time buckets): a ``volatile-*`` eviction policy can
     #: delete them too.
     expiring_keys: bool = False
-    #: An answer never turns from "seen" back to "new" (until clear()): what a process
-    #: learns may be kept in its local cache (DEDUP_LOCAL_CACHE).
+    #: An answer never turns from "seen" back to "new" but by clear() or a forget: what
+    #: a process learns may be kept in its local cache (DEDUP_LOCAL_CACHE).
     stable_answers: bool = False
     #: The janitor purges expired entries: ``purge_units()``, ``purge_step()``,
     #: ``purge_remaining()``.
@@ -42,6 +42,9 @@ class Capabilities:
     count: bool = False
     #: Bloom bits a migration may OR in: ``bulk_target()``, ``bulk_fill()``.
     bulk_bits: bool = False
+    #: Fingerprints can be removed, so that their pages count as new again (a page
+    #: that failed for good): ``forget_many()``.
+    forget: bool = False
 
     def declared(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name)]
@@ -54,6 +57,7 @@ METHODS = {
     "restore_expiry": ("restore_expiry",),
     "count": ("count",),
     "bulk_bits": ("bulk_target", "bulk_fill"),
+    "forget": ("forget_many",),
 }
 
 
@@ -98,6 +102,10 @@ class CapabilityMethods:
     def bulk_target(self, block: int) -> tuple[str, int]:
         """bulk_bits: the bitmap a migration ORs block ``block``'s bits into now, and
         the expiry in ms it must carry (0: none)."""
+        raise NotImplementedError
+
+    def forget_many(self, fingerprints: Iterable[str]) -> int:
+        """forget: remove ``fingerprints``; how many were recorded."""
         raise NotImplementedError
 
     def bulk_fill(self) -> tuple[str, float]:

@@ -34,7 +34,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, fields, replace
 from typing import Any
 
@@ -50,6 +50,7 @@ from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
+from .forget import remove
 from .keys import (
     BATCH,
     META,
@@ -108,7 +109,7 @@ def bucket_count(capacity: int, entries: int, shards: int) -> int:
 class CompactBackend(DedupBackend):
     name = "compact"
     default_key = "%(spider)s:dedup-compact"
-    capabilities = Capabilities(count=True, stable_answers=True)
+    capabilities = Capabilities(count=True, stable_answers=True, forget=True)
     spread_setting = "DEDUP_HASH_SHARDS"
 
     def __init__(
@@ -332,6 +333,10 @@ class CompactBackend(DedupBackend):
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         bucket, field = self.locate(fingerprint)
         return [self.bucket_key(bucket)], [field]
+
+    def forget_many(self, fingerprints: Iterable[str]) -> int:
+        located = (self.locate(fp) for fp in fingerprints)
+        return remove(self.server, "HDEL", ((self.bucket_key(b), f) for b, f in located))
 
     def count(self) -> int:
         return self.census()[1]

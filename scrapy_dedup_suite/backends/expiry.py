@@ -111,7 +111,7 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
 
 #: What both layouts can do (each declares it: purge_units() is each layout's, and is
 #: empty where the server expires the fields itself).
-HASH_CAPABILITIES = Capabilities(expiring_fingerprints=True, purge_expired=True)
+HASH_CAPABILITIES = Capabilities(expiring_fingerprints=True, purge_expired=True, forget=True)
 
 
 def build_hash(server: Any, key: str, options: HashOptions) -> ExpiringHash:

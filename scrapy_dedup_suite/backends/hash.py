@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..options import HashOptions
@@ -38,6 +38,7 @@ from .expiry import (  # noqa: F401 - stored_layout re-exported
     expiry_sample,
     stored_layout,
 )
+from .forget import remove
 from .keys import META, meta_key, shard_key, slot_sibling, spread
 from .purge import OnScan, PurgeStep, scan_fields
 from .record import MetaSpec
@@ -133,6 +134,9 @@ class HashBackend(ExpiringHash):
 
     def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
         return [self.shard_of(fingerprint)], [fingerprint, self.expiry_unit_ms]
+
+    def forget_many(self, fingerprints: Iterable[str]) -> int:
+        return remove(self.server, "HDEL", ((self.shard_of(fp), fp) for fp in fingerprints))
 
     def owned_keys(self) -> list[str]:
         return [*self.shard_keys, *self.stamp_keys, self.meta_key]

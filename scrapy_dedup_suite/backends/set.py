@@ -15,13 +15,14 @@ from ..reports import Contents, Fingerprints
 from .base import DedupBackend
 from .calls import FailedCall, one_call
 from .capabilities import Capabilities
+from .forget import remove
 from .keys import chunks
 
 
 class SetBackend(DedupBackend):
     name = "set"
     default_key = "%(spider)s:dupefilter"
-    capabilities = Capabilities(count=True, stable_answers=True)
+    capabilities = Capabilities(count=True, stable_answers=True, forget=True)
     add_script = scripts.SET_ADD
 
     def count(self) -> int:
@@ -64,6 +65,9 @@ class SetBackend(DedupBackend):
             int(self.server.execute_command("SADD", self.key, *batch))
             for batch in chunks(fingerprints)
         )
+
+    def forget_many(self, fingerprints: Iterable[str]) -> int:
+        return remove(self.server, "SREM", ((self.key, fp) for fp in fingerprints))
 
     def owned_keys(self) -> list[str]:
         return [self.key]

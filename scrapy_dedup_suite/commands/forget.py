@@ -1,0 +1,164 @@
+"""``scrapy dedup-forget``: make pages new again, so that the next crawl downloads them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.settings import Settings
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from ..backends.forget import cannot_forget
+from ..connection import UNREACHABLE
+from ..dupefilter import RFPDupeFilter
+from ..exceptions import DedupError
+from ..fingerprint import get_fingerprinter
+from ..settings_table import read
+from . import add_target_options, say_unreachable, target_backend
+
+#: Lines of a bad URL list quoted in the error.
+QUOTED = 3
+
+
+class Offline:
+    """What the dupefilter reads of a crawler, outside a crawl: the settings and the
+    project's request fingerprinter (REQUEST_FINGERPRINTER_CLASS)."""
+
+    stats = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        cls = load_object(settings["REQUEST_FINGERPRINTER_CLASS"])
+        self.request_fingerprinter = build_from_crawler(cls, self)  # type: ignore[call-overload]
+
+
+def read_urls(args: list[str], path: str | None) -> list[str]:
+    """The URLs given as arguments and in ``path`` ("-": standard input; blank lines and
+    lines starting with # skipped); a UsageError naming the lines that are not
+    http(s) URLs, before anything is forgotten."""
+    lines: list[tuple[str, str]] = [(f"argument {n}", url) for n, url in enumerate(args, 1)]
+    if path is not None:
+        try:
+            if path == "-":
+                text = sys.stdin.read()
+            else:
+                with open(path, encoding="utf-8") as file:
+                    text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"Cannot read the URL list {path!r}: {exc}") from None
+        where = "standard input" if path == "-" else path
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                lines.append((f"{where}:{n}", line))
+    bad = [(place, url) for place, url in lines if not _is_url(url)]
+    if bad:
+        quoted = "; ".join(f"{place}: {url[:80]!r}" for place, url in bad[:QUOTED])
+        more = f" and {len(bad) - QUOTED} more" if len(bad) > QUOTED else ""
+        raise UsageError(
+            f"{len(bad)} line(s) are not http(s) URLs ({quoted}{more}); nothing was forgotten: "
+            "give one absolute URL per line, e.g. https://example.com/page"
+        )
+    if not lines:
+        raise UsageError(
+            "Give the URLs to forget: as arguments, or --file FILE (- for standard input)"
+        )
+    return [url for _, url in lines]
+
+
+def _is_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and " " not in text
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "--spider NAME [--key KEY] [URL ...] [--file FILE | --file -]"
+
+    def short_desc(self) -> str:
+        return "Forget URLs in a spider's dupefilter, so that its next crawl downloads them"
+
+    def long_desc(self) -> str:
+        return (
+            "Removes the fingerprints of the URLs given (as the crawl makes them: "
+            "DEDUP_FINGERPRINTER, the project's REQUEST_FINGERPRINTER_CLASS, --method) from "
+            "an exact dupefilter (set, compact, hash): a page that failed for good, say. "
+            "A Bloom filter cannot remove one: the command says what to do instead. Every "
+            "line is checked before anything is removed. Exit codes: 0 done, 1 error, "
+            "2 usage, 6 Redis unreachable."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        add_target_options(parser)
+        group = parser.add_argument_group(title="Which pages")
+        group.add_argument(
+            "--file",
+            metavar="FILE",
+            help="URLs one per line ('-': standard input; blank lines and # comments skipped)",
+        )
+        group.add_argument(
+            "--method", default="GET", help="the requests' method, as the crawl made them"
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        urls = read_urls(args, opts.file)
+        settings, backend = target_backend(self.settings, opts)
+        if not backend.capabilities.forget:
+            print(f"dedup-forget: {cannot_forget(backend)}; nothing was forgotten", file=sys.stderr)
+            self.exitcode = 1
+            return
+        try:
+            stored = backend.verify()
+            if not stored:
+                print(
+                    f"dedup-forget: the {backend.name} filter at {backend.key!r} holds nothing "
+                    f"(another spider or key? scrapy dedup-info --spider NAME shows what is "
+                    "stored): nothing was forgotten",
+                    file=sys.stderr,
+                )
+                self.exitcode = 1
+                return
+            df = self._dupefilter(settings, backend)
+            requests = [Request(url, method=opts.method.upper()) for url in urls]
+            forgotten = df.forget(*requests)
+        except UNREACHABLE as exc:
+            say_unreachable(self, "dedup-forget", backend.server, exc, settings, "to forget")
+            return
+        except DedupError as exc:
+            print(f"dedup-forget: {exc}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        unique = len({df.fingerprint_of(request) for request in requests})
+        print(
+            f"dedup-forget: forgot {forgotten} of {unique} page(s) at {backend.key!r} "
+            f"({backend.name}); {unique - forgotten} were not recorded",
+            flush=True,
+        )
+
+    @staticmethod
+    def _dupefilter(settings: Settings, backend: Any) -> RFPDupeFilter:
+        """The crawl's dupefilter class (DUPEFILTER_CLASS, if it is this package's: a
+        subclass's request_fingerprint() counts) with the crawl's fingerprints."""
+        cls = load_object(settings["DUPEFILTER_CLASS"])
+        if not (isinstance(cls, type) and issubclass(cls, RFPDupeFilter)):
+            cls = RFPDupeFilter
+        fingerprint = get_fingerprinter(
+            read(settings, "DEDUP_FINGERPRINTER"),
+            Offline(settings),
+            uniform=backend.capabilities.probabilistic,
+        )
+        return cls(backend, fingerprint=fingerprint, settings=settings)

@@ -1,0 +1,106 @@
+"""A page that failed is not a page that was seen: forgetting fingerprints.
+
+A request is recorded when it is scheduled. If its download then fails for good, its
+fingerprint would stay, and the next run and every other worker would take the page
+for seen: lost for good on a backend that never expires. ``FailedPagesMiddleware``, a
+downloader middleware that Scrapy calls after RetryMiddleware, sees what RetryMiddleware
+gave up on (a download exception, or an HTTP code of DEDUP_FAILED_HTTP_CODES) and tells
+the dupefilter (:class:`Forgetting`, ``df.forgetting``), which forgets those pages when
+the spider closes (DEDUP_FORGET_FAILED), so that the next run downloads them again.
+
+At the close, not at once: forgotten at once, a page that fails every time would be
+downloaded again at every link to it; recorded until the close, it is tried once a run.
+Bloom filters cannot remove a member: their failed pages are counted and said.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest
+
+from .dupefilter import RFPDupeFilter
+from .forgetting import Forgetting
+from .settings_table import read
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+#: The order of FailedPagesMiddleware in DOWNLOADER_MIDDLEWARES: below RetryMiddleware's
+#: 550, so that Scrapy calls it with what RetryMiddleware did not retry.
+ORDER = 540
+
+
+class FailedPagesMiddleware:
+    """Tells the dupefilter which downloads failed for good; enabled by the add-on at
+    :data:`ORDER`. With DEDUP_FORGET_FAILED off it still counts them (``dedup/failed``)
+    and says at the close that they stay recorded as seen, as scrapy-redis keeps them."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.forget = read(crawler.settings, "DEDUP_FORGET_FAILED")
+        codes = read(crawler.settings, "DEDUP_FAILED_HTTP_CODES")
+        if codes is None:
+            codes = [int(code) for code in crawler.settings.getlist("RETRY_HTTP_CODES")]
+        self.codes = frozenset(codes)
+        self._forgetting: Forgetting | None = None
+        self._looked_up = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FailedPagesMiddleware:
+        middleware = cls(crawler)
+        crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
+        return middleware
+
+    def forgetting(self) -> Forgetting | None:
+        """The scheduler's dupefilter's, when it is this package's."""
+        if not self._looked_up:
+            engine = self.crawler.engine
+            slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+            scheduler = getattr(slot, "scheduler", None)
+            if scheduler is None:
+                return None
+            self._looked_up = True
+            df = getattr(scheduler, "df", None)
+            if isinstance(df, RFPDupeFilter):
+                self._forgetting = df.forgetting
+            else:
+                logger.warning(
+                    "FailedPagesMiddleware is enabled but the scheduler's dupefilter is %s, "
+                    "not scrapy_dedup_suite.dupefilter.RFPDupeFilter: failed pages are not "
+                    "forgotten",
+                    type(df).__name__,
+                )
+        return self._forgetting
+
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Any:
+        # (Not by dont_filter: RetryMiddleware sets it on every retry it makes.)
+        forgetting = self.forgetting()
+        if forgetting is not None:
+            if response.status in self.codes:
+                forgetting.failed_for_good(request, f"http_{response.status}")
+            elif forgetting.failed:
+                forgetting.succeeded(request)
+        return response
+
+    def process_exception(
+        self, request: Request, exception: BaseException, spider: Spider | None = None
+    ) -> None:
+        if isinstance(exception, IgnoreRequest):
+            return None  # (a decision, not a failure)
+        forgetting = self.forgetting()
+        if forgetting is not None:
+            forgetting.failed_for_good(request, type(exception).__name__)
+        return None
+
+    def spider_closed(self, spider: Spider | None = None) -> None:
+        if self._forgetting is not None:
+            self._forgetting.close(self.forget)

@@ -1,0 +1,116 @@
+"""A page whose download failed for good is downloaded by the next run.
+
+Real crawls of a site whose pages 14, 27 and 40 fail during the first run (one drops
+the connection, two answer 503, each after RetryMiddleware's retries) and are served
+afterwards. The start page is requested with dont_filter, as a re-run requests it, and
+links to the three. With FailedPagesMiddleware (DEDUP_FORGET_FAILED, on by default)
+the second run downloads exactly the pages the first could not, so every page has been
+downloaded, once; with it off, the same two runs leave those pages lost. Within the
+first run a failed page is tried once (with its retries), however many pages link to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .helpers import crawl, settings_for
+from .servers import Site
+
+ON_CLUSTER = True
+
+PAGES, LINKS = 120, 6
+#: Pages that page 0 links to (site_links), each failing its own way in the first run.
+FAILING = {14: "drop", 27: "503", 40: "503"}
+#: How often a failed page is asked for in one run: once and RetryMiddleware's 2 retries.
+TRIES = 3
+EXACT = ["set", "compact", "hash"]
+
+
+@pytest.fixture
+def failing_site() -> Any:
+    site = Site(pages=PAGES, links=LINKS).start()
+    assert set(FAILING) <= set(site.linker(0, PAGES, LINKS))
+    site.failing = dict(FAILING)
+    yield site
+    site.stop()
+
+
+def two_runs(tmp_path, site: Site, settings: dict[str, Any]) -> tuple[dict, set[int], dict]:
+    """The first run while FAILING fail, the second once they are served; the pages the
+    first run downloaded."""
+    first = crawl(tmp_path, site, settings, "first", start_dont_filter=True)
+    downloaded_first = set(site.downloads)
+    site.failing = {}
+    second = crawl(tmp_path, site, settings, "second", start_dont_filter=True)
+    return first, downloaded_first, second
+
+
+def settings_of(redis_settings: dict, backend: str, **extra: Any) -> dict[str, Any]:
+    return {
+        **settings_for(redis_settings, backend, "scrapy"),
+        "DOWNLOADER_MIDDLEWARES": {"scrapy_dedup_suite.failed.FailedPagesMiddleware": 540},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("backend", EXACT)
+def test_the_next_run_downloads_the_pages_that_failed(
+    tmp_path, server, redis_settings, failing_site, backend
+):
+    site = failing_site
+    first, downloaded_first, second = two_runs(tmp_path, site, settings_of(redis_settings, backend))
+    # The first run: every page but the failing ones, each failing one tried once.
+    assert not downloaded_first & set(FAILING)
+    assert dict(site.failures) == dict.fromkeys(FAILING, TRIES), site.failures
+    stats = first["stats"]
+    assert stats["dedup/failed"] == len(FAILING)
+    assert stats["dedup/failed/http_503"] == 2
+    assert stats["dedup/forgotten"] == len(FAILING)
+    assert "3 page(s) failed for good in this run; forgot them" in first["log"]
+    # The second: exactly what the first could not download (and the start page).
+    assert set(site.downloads) == set(range(PAGES))
+    assert max(n for page, n in site.downloads.items() if page != 0) == 1, site.downloads
+    assert "dedup/failed" not in second["stats"]
+
+
+@pytest.mark.single_server
+def test_without_it_the_pages_that_failed_stay_lost(tmp_path, server, redis_settings, failing_site):
+    site = failing_site
+    settings = settings_of(redis_settings, "compact", DEDUP_FORGET_FAILED=False)
+    first, _, _ = two_runs(tmp_path, site, settings)
+    assert first["stats"]["dedup/failed"] == len(FAILING)
+    assert "dedup/forgotten" not in first["stats"]
+    assert "stay recorded as seen (DEDUP_FORGET_FAILED is off)" in first["log"]
+    assert set(range(PAGES)) - set(site.downloads) == set(FAILING)
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("scheduler", ["scrapy", "scrapy-redis"])
+def test_the_batch_path_and_scrapy_redis_scheduler_forget_too(
+    tmp_path, server, redis_settings, failing_site, scheduler
+):
+    site = failing_site
+    settings = {
+        **settings_for(redis_settings, "hash", scheduler),
+        "ADDONS": {"scrapy_dedup_suite.Addon": 300},  # the batch and failed-pages middlewares
+        "SCHEDULER_PERSIST": True,
+    }
+    first, _, _ = two_runs(tmp_path, site, settings)
+    assert first["stats"]["dedup/batched"] > 0
+    assert first["stats"]["dedup/forgotten"] == len(FAILING)
+    assert set(site.downloads) == set(range(PAGES))
+
+
+@pytest.mark.single_server
+def test_a_bloom_filter_says_its_failed_pages_stay_seen(
+    tmp_path, server, redis_settings, failing_site
+):
+    site = failing_site
+    first = crawl(
+        tmp_path, site, settings_of(redis_settings, "bloom"), "first", start_dont_filter=True
+    )
+    assert first["stats"]["dedup/failed"] == len(FAILING)
+    assert "3 page(s) failed for good in this run and stay recorded as seen" in first["log"]
+    assert "cannot remove a fingerprint" in first["log"]
