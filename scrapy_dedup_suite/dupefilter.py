@@ -278,11 +278,11 @@ class RFPDupeFilter(BaseDupeFilter):
         self.batches.report_unclaimed()
 
     def clear(self) -> None:
-        """Delete everything the backend stored (scrapy-redis calls this when
-        ``SCHEDULER_PERSIST`` is False and on flush). Other workers may go on
-        recording into the same filter: it stays usable for them and for later runs.
-        Empties this process's local cache (another process's clear() does not reach it)."""
+        """Delete everything stored, the failed pages' record too (scrapy-redis calls this
+        when ``SCHEDULER_PERSIST`` is False and on flush). Other workers may go on recording:
+        it stays usable. Empties this process's local cache (not another process's)."""
         self.backend.clear()
+        self.forgetting.clear()
         if self.known is not None:
             self.known.clear()
 

@@ -55,6 +55,7 @@ class FailedPagesMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FailedPagesMiddleware:
         middleware = cls(crawler)
+        crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         return middleware
 
@@ -70,6 +71,7 @@ class FailedPagesMiddleware:
             df = getattr(scheduler, "df", None)
             if isinstance(df, RFPDupeFilter):
                 self._forgetting = df.forgetting
+                self._forgetting.records = self.forget
             else:
                 logger.warning(
                     "FailedPagesMiddleware is enabled but the scheduler's dupefilter is %s, "
@@ -100,6 +102,11 @@ class FailedPagesMiddleware:
         if forgetting is not None:
             forgetting.failed_for_good(request, type(exception).__name__)
         return None
+
+    def spider_opened(self, spider: Spider | None = None) -> None:
+        forgetting = self.forgetting()
+        if forgetting is not None:
+            forgetting.open(self.forget)
 
     def spider_closed(self, spider: Spider | None = None) -> None:
         if self._forgetting is not None:

@@ -1,14 +1,21 @@
 """What a dupefilter forgets (:class:`Forgetting`, ``df.forgetting``): requests given
-back from code, and the pages that failed for good in this run, forgotten when the
-spider closes (see :mod:`.failed`)."""
+back from code, and the pages that failed for good, forgotten when the spider closes
+(see :mod:`.failed`).
+
+The failed pages are also recorded in Redis beside the filter (``<key>:failed``, a hash
+fingerprint -> URL, up to :data:`FAILED_LIMIT`): a run killed before its close leaves
+them to the next run, which forgets them when it opens, and a Bloom filter's stay listed
+for ``scrapy dedup-forget --failed``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from .backends.clearing import delete_if_type
 from .backends.forget import cannot_forget
+from .backends.keys import failed_key, read_hash
 from .connection import failure_text
 from .exceptions import DedupConfigError
 from .failures import as_failure, translate
@@ -20,14 +27,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The most failed pages a process remembers in one run (about 200 bytes each); the
-#: ones after are counted and said, not forgotten.
+#: The most failed pages a process remembers in one run (about 200 bytes each), and
+#: the most the record in Redis holds; the ones after are counted and said, not forgotten.
 FAILED_LIMIT = 100_000
 
 
 class Forgetting:
     """A dupefilter's forgetting: requests given back from code (:meth:`forget`) and
-    the pages that failed for good in this run (:attr:`failed`), forgotten at close."""
+    the pages that failed for good (:attr:`failed`, and the record in Redis), forgotten
+    when the spider opens and closes."""
 
     def __init__(self, df: RFPDupeFilter) -> None:
         self.df = df
@@ -35,6 +43,15 @@ class Forgetting:
         self.failed: dict[str, str] = {}
         #: Failed pages past :data:`FAILED_LIMIT` (not remembered).
         self.overflow = 0
+        #: Whether failed pages are recorded in Redis (DEDUP_FORGET_FAILED).
+        self.records = True
+        self._said: set[str] = set()
+
+    @property
+    def failed_key(self) -> str:
+        return failed_key(self.df.backend.key)
+
+    # -- forgetting ----------------------------------------------------------------------
 
     def forget(self, requests: Iterable[Request]) -> int:
         """Remove the fingerprints of ``requests`` (an exact backend; a Bloom filter's
@@ -61,9 +78,35 @@ class Forgetting:
             if known is not None:
                 known.discard(fp)
             df.admitted.pop(fp, None)
-            self.failed.pop(fp, None)
         df.counts.count("dedup/forgotten", removed)
         return removed
+
+    def recorded(self) -> dict[str, str]:
+        """The failed pages recorded in Redis: this run's, and those a run killed before
+        its close or another worker left."""
+        return read_hash(self.df.backend.server, self.failed_key)
+
+    def forget_failed(self) -> dict[str, str]:
+        """Forget the pages that failed for good, this process's and those recorded, and
+        remove their records (those another worker adds meanwhile stay): the pages."""
+        pages = {**self.recorded(), **self.failed}
+        if not pages:
+            return pages
+        self.forget_fingerprints(list(pages))
+        server = self.df.backend.server
+        fps = list(pages)
+        for start in range(0, len(fps), 1000):
+            server.hdel(self.failed_key, *fps[start : start + 1000])
+        self.failed.clear()
+        return pages
+
+    def clear(self) -> None:
+        """The filter was cleared: its failed pages with it (a key of another type is
+        an error, and kept)."""
+        self.failed.clear()
+        delete_if_type(self.df.backend, [self.failed_key], {self.failed_key: "hash"})
+
+    # -- what FailedPagesMiddleware says ---------------------------------------------------
 
     def failed_for_good(self, request: Request, reason: str) -> None:
         """``request``'s download failed for good (``reason``: ``http_503``, an
@@ -72,19 +115,63 @@ class Forgetting:
         df = self.df
         df.counts.count("dedup/failed")
         df.counts.count(f"dedup/failed/{reason}")
-        urls = [*request.meta.get("redirect_urls", ()), request.url]
-        for url in urls:
+        new: dict[str, str] = {}
+        for url in [*request.meta.get("redirect_urls", ()), request.url]:
             fp = df.fingerprint_of(request if url == request.url else request.replace(url=url))
             if fp in self.failed:
                 continue
             if len(self.failed) >= FAILED_LIMIT:
                 self.overflow += 1
                 continue
-            self.failed[fp] = url
+            self.failed[fp] = new[fp] = url
+        if new and self.records:
+            self._call(lambda server: self._record(server, new), "record failed pages in Redis")
+
+    def _record(self, server: Any, new: dict[str, str]) -> None:
+        """Record ``new`` in Redis while the record holds fewer than FAILED_LIMIT."""
+        if int(server.hlen(self.failed_key)) < FAILED_LIMIT:
+            server.hset(self.failed_key, mapping=new)
 
     def succeeded(self, request: Request) -> None:
         """``request`` was downloaded after all (a retry by other means): not failed."""
-        self.failed.pop(self.df.fingerprint_of(request), None)
+        fp = self.df.fingerprint_of(request)
+        if self.failed.pop(fp, None) is not None and self.records:
+            self._call(lambda server: server.hdel(self.failed_key, fp), "update failed pages")
+
+    def _call(self, call: Any, doing: str) -> None:
+        """A Redis call for the record of failed pages; a failure is said once, never
+        raised (this process still forgets its own at its close)."""
+        try:
+            call(self.df.backend.server)
+        except Exception as exc:  # (the pages stay in this process's list)
+            if doing not in self._said:
+                self._said.add(doing)
+                logger.warning(
+                    "Could not %s (%s): this process still forgets its own at its close; a "
+                    "run killed before then leaves them recorded as seen",
+                    doing,
+                    failure_text(exc),
+                )
+
+    # -- at the spider's open and close ----------------------------------------------------
+
+    def open(self, forget_failed: bool) -> int:
+        """At the spider's open: forget the failed pages a run killed before its close
+        (or another worker) left recorded. Never raises. Returns how many."""
+        if not forget_failed or not self.df.backend.capabilities.forget:
+            return 0
+        try:
+            pages = self.forget_failed()
+        except Exception as exc:  # (the crawl goes on: said)
+            logger.error("Could not forget the failed pages recorded in Redis: %s", exc)
+            return 0
+        if pages:
+            logger.info(
+                "Forgot %d page(s) recorded as failed for good by an earlier run that did not "
+                "close, or by another worker: this run downloads them again",
+                len(pages),
+            )
+        return len(pages)
 
     def close(self, forget_failed: bool) -> int:
         """At the spider's close: forget the pages that failed for good (if
@@ -94,11 +181,6 @@ class Forgetting:
         if not count:
             return 0
         backend = self.df.backend
-        past = (
-            f" ({self.overflow} past the {FAILED_LIMIT:,} a run remembers stay recorded)"
-            if self.overflow
-            else ""
-        )
         if not forget_failed:
             logger.info(
                 "%d page(s) failed for good in this run and stay recorded as seen "
@@ -108,28 +190,35 @@ class Forgetting:
             return 0
         if not backend.capabilities.forget:
             logger.warning(
-                "%d page(s) failed for good in this run and stay recorded as seen. %s",
+                "%d page(s) failed for good in this run and stay recorded as seen; they are "
+                "listed by scrapy dedup-forget --spider %s --failed. %s",
                 count,
+                self.df.spider_name or "NAME",
                 cannot_forget(backend),
             )
             return 0
         urls = list(self.failed.values())
         try:
-            self.forget_fingerprints(list(self.failed))
+            pages = self.forget_failed()
         except Exception as exc:  # (a close must end: said, and the pages named)
             logger.error(
                 "%d page(s) failed for good in this run, and forgetting them failed (%s): "
-                "they stay recorded as seen; forget them with scrapy dedup-forget, e.g. %s",
+                "they stay recorded as seen, and the next run forgets them when it opens; "
+                "e.g. %s",
                 count,
                 failure_text(exc),
                 ", ".join(urls[:3]),
             )
             return 0
+        past = (
+            f" ({self.overflow} past the {FAILED_LIMIT:,} a run remembers stay recorded)"
+            if self.overflow
+            else ""
+        )
         logger.info(
             "%d page(s) failed for good in this run; forgot them, so that the next run "
             "downloads them again (dedup/forgotten)%s",
             len(urls),
             past,
         )
-        self.failed.clear()
-        return len(urls)
+        return len(pages)

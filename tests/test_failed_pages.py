@@ -11,12 +11,22 @@ first run a failed page is tried once (with its retries), however many pages lin
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 from typing import Any
 
 import pytest
+from scrapy import Request
 
-from .helpers import crawl, settings_for
-from .servers import Site
+from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+
+from .helpers import ROOT, crawl, settings_for
+from .servers import Site, poll_until
+from .test_forget import forget_command
 
 ON_CLUSTER = True
 
@@ -114,3 +124,62 @@ def test_a_bloom_filter_says_its_failed_pages_stay_seen(
     assert first["stats"]["dedup/failed"] == len(FAILING)
     assert "3 page(s) failed for good in this run and stay recorded as seen" in first["log"]
     assert "cannot remove a fingerprint" in first["log"]
+
+
+@pytest.mark.single_server
+def test_a_run_killed_before_its_close_leaves_its_failed_pages_to_the_next(
+    tmp_path, server, redis_settings, failing_site
+):
+    """The failed pages are recorded in Redis as they fail: a run killed with SIGKILL
+    (no close) leaves them, and the next run forgets them when it opens."""
+    site = failing_site
+    hold = threading.Event()
+    site.on_hit = lambda page: hold.wait(60) if page == 1 else None  # the crawl cannot end
+    settings = settings_of(redis_settings, "set")
+    args = {"start_url": f"{site.url}/page/0", "settings": settings, "out": str(tmp_path / "k")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.crawl", json.dumps(args)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        poll_until(lambda: server.hlen("site:dupefilter:failed") == len(FAILING), timeout=120)
+        proc.kill()
+        proc.wait(60)
+    finally:
+        hold.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert not set(site.downloads) & set(FAILING)
+    site.failing = {}
+    second = crawl(tmp_path, site, settings, "second", start_dont_filter=True)
+    assert "Forgot 3 page(s) recorded as failed for good by an earlier run" in second["log"]
+    assert set(FAILING) <= set(site.downloads)
+    assert server.hlen("site:dupefilter:failed") == 0
+
+
+@pytest.mark.single_server
+def test_the_command_lists_a_bloom_filters_failed_pages_and_forgets_an_exact_ones(
+    tmp_path, server, redis_url, redis_settings, failing_site
+):
+    site = failing_site
+    failed_urls = {f"{site.url}/page/{page}" for page in FAILING}
+    crawl(tmp_path, site, settings_of(redis_settings, "bloom"), "bloom", start_dont_filter=True)
+    listed = forget_command("--spider", "site", "--failed", settings={"REDIS_URL": redis_url,
+                            "DEDUP_BACKEND": "bloom"})  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert set(listed.stdout.split()) == failed_urls
+    assert "3 page(s) recorded as failed for good" in listed.stderr
+    # An exact filter's record, as a run killed before its close leaves it.
+    for url in failed_urls:
+        fp = scrapy_redis_fingerprint(Request(url))
+        server.sadd("site:dupefilter", fp)
+        server.hset("site:dupefilter:failed", fp, url)
+    done = forget_command("--spider", "site", "--failed", settings={"REDIS_URL": redis_url})
+    assert done.returncode == 0, done.stderr
+    assert "forgot 3 page(s) recorded as failed for good" in done.stdout
+    assert server.scard("site:dupefilter") == 0
+    assert not server.exists("site:dupefilter:failed")

@@ -13,6 +13,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
+from scrapy_dedup_suite.backends.keys import failed_key
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupConfigError, WrongKeyTypeError
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
@@ -165,3 +166,20 @@ def test_the_commands_bad_inputs_are_one_line_each_and_remove_nothing(server, re
         assert says in said[-1], (case, done.stderr)
         assert recorded(server, "site:dupefilter", urls) == [True] * 3, case
     assert sorted(all_keys(server)) == [b"site:dupefilter"]
+
+
+def test_clear_deletes_the_record_of_failed_pages_and_keeps_a_key_of_another_type(
+    server, redis_settings
+):
+    settings = Settings({**redis_settings, "DEDUP_BACKEND": "compact"})
+    df = RFPDupeFilter(build_backend(settings, "s", server=server), settings=settings)
+    df.open()
+    df.request_seen(Request("https://example.com/a"))
+    record = failed_key(df.backend.key)
+    server.hset(record, "fp", "https://example.com/a")
+    df.clear()
+    assert all_keys(server) == []
+    server.set(record, "not a hash")
+    with pytest.raises(WrongKeyTypeError):
+        df.clear()
+    assert server.get(record) == b"not a hash"

@@ -77,6 +77,12 @@ def migrating_key(prefix: str) -> str:
     return f"{prefix}:migrating"
 
 
+def failed_key(key: str) -> str:
+    """The pages that failed for good, recorded beside the filter at ``key`` (a hash:
+    fingerprint -> URL) until they are forgotten."""
+    return f"{key}:failed"
+
+
 def janitor_state_key(key: str) -> str:
     """Where the janitor keeps its progress for the filter at ``key``."""
     return f"{key}:janitor"

@@ -85,7 +85,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
 
     def syntax(self) -> str:
-        return "--spider NAME [--key KEY] [URL ...] [--file FILE | --file -]"
+        return "--spider NAME [--key KEY] [URL ...] [--file FILE | --file -] [--failed]"
 
     def short_desc(self) -> str:
         return "Forget URLs in a spider's dupefilter, so that its next crawl downloads them"
@@ -96,8 +96,10 @@ class Command(ScrapyCommand):
             "DEDUP_FINGERPRINTER, the project's REQUEST_FINGERPRINTER_CLASS, --method) from "
             "an exact dupefilter (set, compact, hash): a page that failed for good, say. "
             "A Bloom filter cannot remove one: the command says what to do instead. Every "
-            "line is checked before anything is removed. Exit codes: 0 done, 1 error, "
-            "2 usage, 6 Redis unreachable."
+            "line is checked before anything is removed. --failed: the pages recorded as "
+            "failed for good (by a run killed before its close, say) are forgotten, or, "
+            "for a Bloom filter, listed. Exit codes: 0 done, 1 error, 2 usage, 6 Redis "
+            "unreachable."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -112,11 +114,25 @@ class Command(ScrapyCommand):
         group.add_argument(
             "--method", default="GET", help="the requests' method, as the crawl made them"
         )
+        group.add_argument(
+            "--failed",
+            action="store_true",
+            help="the pages recorded as failed for good instead of URLs: forgotten (exact "
+            "backends) or printed one a line (Bloom filters)",
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        urls = read_urls(args, opts.file)
+        if opts.failed:
+            if args or opts.file is not None:
+                raise UsageError("Give URLs or --failed, not both")
+            urls: list[str] = []
+        else:
+            urls = read_urls(args, opts.file)
         settings, backend = target_backend(self.settings, opts)
+        if opts.failed:
+            self._failed(settings, backend)
+            return
         if not backend.capabilities.forget:
             print(f"dedup-forget: {cannot_forget(backend)}; nothing was forgotten", file=sys.stderr)
             self.exitcode = 1
@@ -146,6 +162,34 @@ class Command(ScrapyCommand):
         print(
             f"dedup-forget: forgot {forgotten} of {unique} page(s) at {backend.key!r} "
             f"({backend.name}); {unique - forgotten} were not recorded",
+            flush=True,
+        )
+
+    def _failed(self, settings: Settings, backend: Any) -> None:
+        """--failed: forget the recorded failed pages, or list a Bloom filter's."""
+        try:
+            df = self._dupefilter(settings, backend)
+            if not backend.capabilities.forget:
+                pages = df.forgetting.recorded()
+                for url in pages.values():
+                    print(url)
+                print(
+                    f"dedup-forget: {len(pages)} page(s) recorded as failed for good at "
+                    f"{backend.key!r}. {cannot_forget(backend)}",
+                    file=sys.stderr,
+                )
+                return
+            pages = df.forgetting.forget_failed()
+        except UNREACHABLE as exc:
+            say_unreachable(self, "dedup-forget", backend.server, exc, settings, "to forget")
+            return
+        except DedupError as exc:
+            print(f"dedup-forget: {exc}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        print(
+            f"dedup-forget: forgot {len(pages)} page(s) recorded as failed for good at "
+            f"{backend.key!r} ({backend.name})",
             flush=True,
         )
 
