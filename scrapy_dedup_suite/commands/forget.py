@@ -16,7 +16,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from ..backends.forget import cannot_forget
 from ..connection import UNREACHABLE
 from ..dupefilter import RFPDupeFilter
-from ..exceptions import DedupError
+from ..exceptions import DedupConfigError, DedupError
 from ..fingerprint import get_fingerprinter
 from ..settings_table import read
 from . import add_target_options, say_unreachable, target_backend
@@ -130,27 +130,11 @@ class Command(ScrapyCommand):
         else:
             urls = read_urls(args, opts.file)
         settings, backend = target_backend(self.settings, opts)
-        if opts.failed:
-            self._failed(settings, backend)
-            return
-        if not backend.capabilities.forget:
-            print(f"dedup-forget: {cannot_forget(backend)}; nothing was forgotten", file=sys.stderr)
-            self.exitcode = 1
-            return
         try:
-            stored = backend.verify()
-            if not stored:
-                print(
-                    f"dedup-forget: the {backend.name} filter at {backend.key!r} holds nothing "
-                    f"(another spider or key? scrapy dedup-info --spider NAME shows what is "
-                    "stored): nothing was forgotten",
-                    file=sys.stderr,
-                )
-                self.exitcode = 1
-                return
-            df = self._dupefilter(settings, backend)
-            requests = [Request(url, method=opts.method.upper()) for url in urls]
-            forgotten = df.forget(*requests)
+            if opts.failed:
+                said = self._failed(settings, backend)
+            else:
+                said = self._forget(settings, backend, urls, opts.method.upper())
         except UNREACHABLE as exc:
             say_unreachable(self, "dedup-forget", backend.server, exc, settings, "to forget")
             return
@@ -158,40 +142,47 @@ class Command(ScrapyCommand):
             print(f"dedup-forget: {exc}", file=sys.stderr)
             self.exitcode = 1
             return
+        if said:
+            print(f"dedup-forget: {said}", flush=True)
+
+    def _forget(self, settings: Settings, backend: Any, urls: list[str], method: str) -> str:
+        """The URLs' pages forgotten: what to say."""
+        if not backend.capabilities.forget:
+            raise DedupConfigError(f"{cannot_forget(backend)}; nothing was forgotten")
+        if not backend.verify():
+            raise DedupConfigError(
+                f"the {backend.name} filter at {backend.key!r} holds nothing (another spider "
+                "or key? scrapy dedup-info --spider NAME shows what is stored): nothing was "
+                "forgotten"
+            )
+        df = self._dupefilter(settings, backend)
+        requests = [Request(url, method=method) for url in urls]
+        forgotten = df.forget(*requests)
         unique = len({df.fingerprint_of(request) for request in requests})
-        print(
-            f"dedup-forget: forgot {forgotten} of {unique} page(s) at {backend.key!r} "
-            f"({backend.name}); {unique - forgotten} were not recorded",
-            flush=True,
+        return (
+            f"forgot {forgotten} of {unique} page(s) at {backend.key!r} ({backend.name}); "
+            f"{unique - forgotten} were not recorded"
         )
 
-    def _failed(self, settings: Settings, backend: Any) -> None:
-        """--failed: forget the recorded failed pages, or list a Bloom filter's."""
-        try:
-            df = self._dupefilter(settings, backend)
-            if not backend.capabilities.forget:
-                pages = df.forgetting.recorded()
-                for url in pages.values():
-                    print(url)
-                print(
-                    f"dedup-forget: {len(pages)} page(s) recorded as failed for good at "
-                    f"{backend.key!r}. {cannot_forget(backend)}",
-                    file=sys.stderr,
-                )
-                return
+    def _failed(self, settings: Settings, backend: Any) -> str:
+        """--failed: the recorded failed pages forgotten (what to say), or a Bloom
+        filter's listed on standard output (and "")."""
+        df = self._dupefilter(settings, backend)
+        if backend.capabilities.forget:
             pages = df.forgetting.forget_failed()
-        except UNREACHABLE as exc:
-            say_unreachable(self, "dedup-forget", backend.server, exc, settings, "to forget")
-            return
-        except DedupError as exc:
-            print(f"dedup-forget: {exc}", file=sys.stderr)
-            self.exitcode = 1
-            return
+            return (
+                f"forgot {len(pages)} page(s) recorded as failed for good at {backend.key!r} "
+                f"({backend.name})"
+            )
+        pages = df.forgetting.recorded()
+        for url in pages.values():
+            print(url)
         print(
-            f"dedup-forget: forgot {len(pages)} page(s) recorded as failed for good at "
-            f"{backend.key!r} ({backend.name})",
-            flush=True,
+            f"dedup-forget: {len(pages)} page(s) recorded as failed for good at "
+            f"{backend.key!r}. {cannot_forget(backend)}",
+            file=sys.stderr,
         )
+        return ""
 
     @staticmethod
     def _dupefilter(settings: Settings, backend: Any) -> RFPDupeFilter:
