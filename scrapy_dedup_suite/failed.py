@@ -45,6 +45,7 @@ class FailedPagesMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.forget = read(crawler.settings, "DEDUP_FORGET_FAILED")
+        self.expire = read(crawler.settings, "DEDUP_FAILED_EXPIRE")
         codes = read(crawler.settings, "DEDUP_FAILED_HTTP_CODES")
         if codes is None:
             codes = [int(code) for code in crawler.settings.getlist("RETRY_HTTP_CODES")]
@@ -72,6 +73,7 @@ class FailedPagesMiddleware:
             if isinstance(df, RFPDupeFilter):
                 self._forgetting = df.forgetting
                 self._forgetting.records = self.forget
+                self._forgetting.expire_failed = self.expire
             else:
                 logger.warning(
                     "FailedPagesMiddleware is enabled but the scheduler's dupefilter is %s, "

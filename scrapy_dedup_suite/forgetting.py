@@ -45,6 +45,9 @@ class Forgetting:
         self.overflow = 0
         #: Whether failed pages are recorded in Redis (DEDUP_FORGET_FAILED).
         self.records = True
+        #: Seconds a failed page stays seen within the run where fingerprints expire
+        #: (DEDUP_FAILED_EXPIRE; 0: until the close).
+        self.expire_failed = 0.0
         self._said: set[str] = set()
 
     @property
@@ -126,6 +129,16 @@ class Forgetting:
             self.failed[fp] = new[fp] = url
         if new and self.records:
             self._call(lambda server: self._record(server, new), "record failed pages in Redis")
+            caps = df.backend.capabilities
+            if self.expire_failed and caps.expiring_fingerprints and caps.forget:
+                self._call(lambda server: self._expire_soon(list(new)), "expire failed pages")
+
+    def _expire_soon(self, fingerprints: list[str]) -> None:
+        """Record ``fingerprints`` again with the short expiry of DEDUP_FAILED_EXPIRE (a
+        page asked for between the two calls is downloaded: once more at most)."""
+        backend = self.df.backend
+        backend.forget_many(fingerprints)
+        backend.check_and_add_many(fingerprints, [self.expire_failed] * len(fingerprints))
 
     def _record(self, server: Any, new: dict[str, str]) -> None:
         """Record ``new`` in Redis while the record holds fewer than FAILED_LIMIT."""

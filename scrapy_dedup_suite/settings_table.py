@@ -361,6 +361,19 @@ TABLE: tuple[Setting, ...] = (
         "backends; docs/failures.md)",
     ),
     Setting(
+        "DEDUP_FAILED_EXPIRE",
+        3600.0,
+        Seconds(
+            0.0,
+            TEN_YEARS,
+            "a number of seconds >= 0 (e.g. 3600; 0: until the close)",
+            low_open=False,
+        ),
+        "`FailedPagesMiddleware`, `hash`: seconds a page that failed for good stays seen "
+        "within the run; then its next link downloads it again (once an expiry at most)",
+        shown="`3600.0` (an hour)",
+    ),
+    Setting(
         "DEDUP_FAILED_HTTP_CODES",
         None,
         HttpCodes(),

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
+from scrapy_dedup_suite.backends.expiry import BY_SERVER
 from scrapy_dedup_suite.backends.keys import failed_key
+from scrapy_dedup_suite.connection import server_time_ms
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupConfigError, WrongKeyTypeError
 from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
@@ -183,3 +186,35 @@ def test_clear_deletes_the_record_of_failed_pages_and_keeps_a_key_of_another_typ
     with pytest.raises(WrongKeyTypeError):
         df.clear()
     assert server.get(record) == b"not a hash"
+
+
+def remaining_ms(backend, fingerprint: str) -> int:
+    """How long ``fingerprint`` stays seen on a hash filter, by the server's clock."""
+    (key,), (field, *_) = backend.contains_call(fingerprint)
+    if backend.expiry is BY_SERVER:
+        return int(backend.server.execute_command("HPTTL", key, "FIELDS", 1, field)[0])
+    expiry = int(backend.server.hget(key, field)) * backend.expiry_unit_ms
+    return expiry - server_time_ms(backend.server)
+
+
+@pytest.mark.parametrize("layout", ["buckets", "shards"])
+def test_a_failed_page_on_hash_stays_seen_for_a_short_expiry_only(server, redis_settings, layout):
+    """DEDUP_FAILED_EXPIRE: within the run, a page that failed for good on a hash filter
+    stays seen (no storm at every link to it) for that long, not DEDUP_EXPIRE."""
+    settings = Settings({**redis_settings, "DEDUP_BACKEND": "hash", "DEDUP_EXPIRE": 86400})
+    if layout == "shards":
+        backend: Any = HashBackend(server, "s:dupefilter", expire=86400, shards=4)
+    else:
+        backend = build_backend(settings, "s", server=server)
+    df = RFPDupeFilter(backend, settings=settings)
+    df.open()
+    page, other = Request("https://example.com/failed"), Request("https://example.com/ok")
+    assert df.request_seen(page) is False
+    assert df.request_seen(other) is False
+    fp = df.fingerprint_of(page)
+    assert remaining_ms(df.backend, fp) > 3_600_000  # a day
+    df.forgetting.expire_failed = 60.0
+    df.forgetting.failed_for_good(page, "http_503")
+    assert 0 < remaining_ms(df.backend, fp) <= 61_000
+    assert remaining_ms(df.backend, df.fingerprint_of(other)) > 3_600_000
+    assert df.request_seen(page) is True  # still seen, for the minute
