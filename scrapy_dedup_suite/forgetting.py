@@ -96,12 +96,15 @@ class Forgetting:
         if not pages:
             return pages
         self.forget_fingerprints(list(pages))
-        server = self.df.backend.server
-        fps = list(pages)
-        for start in range(0, len(fps), 1000):
-            server.hdel(self.failed_key, *fps[start : start + 1000])
+        self.drop_records(list(pages))
         self.failed.clear()
         return pages
+
+    def drop_records(self, fingerprints: list[str]) -> None:
+        """Remove these failed pages from the record in Redis."""
+        server = self.df.backend.server
+        for start in range(0, len(fingerprints), 1000):
+            server.hdel(self.failed_key, *fingerprints[start : start + 1000])
 
     def clear(self) -> None:
         """The filter was cleared: its failed pages with it (a key of another type is

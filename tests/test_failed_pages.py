@@ -173,6 +173,24 @@ def test_the_command_lists_a_bloom_filters_failed_pages_and_forgets_an_exact_one
     assert listed.returncode == 0, listed.stderr
     assert set(listed.stdout.split()) == failed_urls
     assert "3 page(s) recorded as failed for good" in listed.stderr
+    # Handed to a scrapy-redis spider's start URLs (requested with dont_filter), once.
+    bloom = {"REDIS_URL": redis_url, "DEDUP_BACKEND": "bloom"}
+    server.set("taken", "a string")
+    refused = forget_command("--spider", "site", "--failed", "--push", "taken", settings=bloom)
+    assert refused.returncode == 1 and "holds a string" in refused.stderr, refused.stderr
+    misused = forget_command("--spider", "site", "--push", "site:start_urls", settings=bloom)
+    assert misused.returncode == 2 and "goes with --failed" in misused.stderr
+    assert not server.exists("site:start_urls")
+    pushed = forget_command(
+        "--spider", "site", "--failed", "--push", "site:start_urls", settings=bloom
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    assert "pushed 3 page(s)" in pushed.stdout
+    messages = [json.loads(m) for m in server.lrange("site:start_urls", 0, -1)]
+    assert {m["url"] for m in messages} == failed_urls and len(messages) == 3
+    again = forget_command("--spider", "site", "--failed", settings=bloom)
+    assert again.stdout.split() == []  # handed over: no longer in the record
+    server.delete("taken", "site:start_urls")
     # An exact filter's record, as a run killed before its close leaves it.
     for url in failed_urls:
         fp = scrapy_redis_fingerprint(Request(url))

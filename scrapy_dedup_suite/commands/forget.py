@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -12,8 +13,10 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy_redis.connection import get_redis_from_settings
 
 from ..backends.forget import cannot_forget
+from ..backends.keys import as_str
 from ..connection import UNREACHABLE
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError, DedupError
@@ -71,6 +74,25 @@ def read_urls(args: list[str], path: str | None) -> list[str]:
     return [url for _, url in lines]
 
 
+def push_start_urls(server: Any, key: str, urls: list[str]) -> None:
+    """``urls`` as scrapy-redis start-URL messages (``{"url": ...}``, which a RedisSpider
+    requests with dont_filter) into ``key``: a list, or a set (REDIS_START_URLS_AS_SET);
+    a key of another type is an error, and left as it is."""
+    kind = as_str(server.type(key))
+    if kind not in ("none", "list", "set"):
+        raise DedupConfigError(
+            f"--push {key!r} holds a {kind}, not a scrapy-redis start-URLs list or set: "
+            "give the key the spider reads (REDIS_START_URLS_KEY, e.g. myspider:start_urls)"
+        )
+    messages = [json.dumps({"url": url}) for url in urls]
+    for start in range(0, len(messages), 1000):
+        part = messages[start : start + 1000]
+        if kind == "set":
+            server.sadd(key, *part)
+        else:
+            server.lpush(key, *part)
+
+
 def _is_url(text: str) -> bool:
     try:
         parts = urlsplit(text)
@@ -85,7 +107,9 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
 
     def syntax(self) -> str:
-        return "--spider NAME [--key KEY] [URL ...] [--file FILE | --file -] [--failed]"
+        return (
+            "--spider NAME [--key KEY] [URL ...] [--file FILE | --file -] [--failed [--push KEY]]"
+        )
 
     def short_desc(self) -> str:
         return "Forget URLs in a spider's dupefilter, so that its next crawl downloads them"
@@ -98,8 +122,9 @@ class Command(ScrapyCommand):
             "A Bloom filter cannot remove one: the command says what to do instead. Every "
             "line is checked before anything is removed. --failed: the pages recorded as "
             "failed for good (by a run killed before its close, say) are forgotten, or, "
-            "for a Bloom filter, listed. Exit codes: 0 done, 1 error, 2 usage, 6 Redis "
-            "unreachable."
+            "for a Bloom filter, listed; --push KEY hands them to a scrapy-redis spider's "
+            "start URLs (requested with dont_filter). Exit codes: 0 done, 1 error, 2 usage, "
+            "6 Redis unreachable."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -120,19 +145,29 @@ class Command(ScrapyCommand):
             help="the pages recorded as failed for good instead of URLs: forgotten (exact "
             "backends) or printed one a line (Bloom filters)",
         )
+        group.add_argument(
+            "--push",
+            metavar="KEY",
+            help='with --failed: push them as {"url": ...} to this scrapy-redis start-URLs '
+            "key on REDIS_URL (a list, or the set of REDIS_START_URLS_AS_SET), e.g. "
+            "myspider:start_urls, and drop them from the record",
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         if opts.failed:
             if args or opts.file is not None:
                 raise UsageError("Give URLs or --failed, not both")
+        elif opts.push is not None:
+            raise UsageError("--push KEY goes with --failed: it hands over the failed pages")
+        if opts.failed:
             urls: list[str] = []
         else:
             urls = read_urls(args, opts.file)
         settings, backend = target_backend(self.settings, opts)
         try:
             if opts.failed:
-                said = self._failed(settings, backend)
+                said = self._failed(settings, backend, opts.push)
             else:
                 said = self._forget(settings, backend, urls, opts.method.upper())
         except UNREACHABLE as exc:
@@ -164,23 +199,27 @@ class Command(ScrapyCommand):
             f"{unique - forgotten} were not recorded"
         )
 
-    def _failed(self, settings: Settings, backend: Any) -> str:
-        """--failed: the recorded failed pages forgotten (what to say), or a Bloom
-        filter's listed on standard output (and "")."""
+    def _failed(self, settings: Settings, backend: Any, push: str | None) -> str:
+        """--failed: the recorded failed pages forgotten (exact backends) or listed on
+        standard output (a Bloom filter's); with ``push``, handed to a spider's start URLs
+        and dropped from the record. What to say."""
         df = self._dupefilter(settings, backend)
-        if backend.capabilities.forget:
-            pages = df.forgetting.forget_failed()
-            return (
-                f"forgot {len(pages)} page(s) recorded as failed for good at {backend.key!r} "
-                f"({backend.name})"
-            )
-        pages = df.forgetting.recorded()
+        forgetting = df.forgetting
+        forgets = backend.capabilities.forget
+        pages = forgetting.forget_failed() if forgets else forgetting.recorded()
+        where = f"recorded as failed for good at {backend.key!r} ({backend.name})"
+        if push is not None:
+            push_start_urls(get_redis_from_settings(settings), push, list(pages.values()))
+            if not forgets:
+                forgetting.drop_records(list(pages))
+            done = "forgot and pushed" if forgets else "pushed"
+            return f"{done} {len(pages)} page(s) {where} to {push!r}"
+        if forgets:
+            return f"forgot {len(pages)} page(s) {where}"
         for url in pages.values():
             print(url)
         print(
-            f"dedup-forget: {len(pages)} page(s) recorded as failed for good at "
-            f"{backend.key!r}. {cannot_forget(backend)}",
-            file=sys.stderr,
+            f"dedup-forget: {len(pages)} page(s) {where}. {cannot_forget(backend)}", file=sys.stderr
         )
         return ""
 
