@@ -392,6 +392,7 @@ def test_a_projects_own_migrations_package_does_not_shadow_the_command(tmp_path)
         ("dedup-janitor", "hash fields per Redis call", "with --key", None),
         ("migrate-set-to-bloom", "target backend", "--source and --target", "--key"),
         ("dedup-info", "what Redis holds", "as the crawl uses it\n", "--key"),
+        ("dedup-forget", "Removes the fingerprints of the URLs", "with --key", None),
     ],
 )
 def test_command_help_and_a_missing_spider(command, text, instead, wrong):

@@ -155,23 +155,21 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        if opts.failed:
-            if args or opts.file is not None:
-                raise UsageError("Give URLs or --failed, not both")
-        elif opts.push is not None:
+        if opts.failed and (args or opts.file is not None):
+            raise UsageError("Give URLs or --failed, not both")
+        if opts.push is not None and not opts.failed:
             raise UsageError("--push KEY goes with --failed: it hands over the failed pages")
-        if opts.failed:
-            urls: list[str] = []
-        else:
-            urls = read_urls(args, opts.file)
-        settings, backend = target_backend(self.settings, opts)
+        settings, backend = self.settings, None
         try:
+            settings, backend = target_backend(self.settings, opts)  # (a spider not found)
+            urls = [] if opts.failed else read_urls(args, opts.file)  # (checked, all of it)
             if opts.failed:
                 said = self._failed(settings, backend, opts.push)
             else:
                 said = self._forget(settings, backend, urls, opts.method.upper())
         except UNREACHABLE as exc:
-            say_unreachable(self, "dedup-forget", backend.server, exc, settings, "to forget")
+            client = backend.server if backend is not None else None
+            say_unreachable(self, "dedup-forget", client, exc, settings, "to forget")
             return
         except DedupError as exc:
             print(f"dedup-forget: {exc}", file=sys.stderr)
