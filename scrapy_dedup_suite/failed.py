@@ -9,8 +9,10 @@ the dupefilter (:class:`Forgetting`, ``df.forgetting``), which forgets those pag
 the spider closes (DEDUP_FORGET_FAILED), so that the next run downloads them again.
 
 At the close, not at once: forgotten at once, a page that fails every time would be
-downloaded again at every link to it; recorded until the close, it is tried once a run.
-Bloom filters cannot remove a member: their failed pages are counted and said.
+downloaded again at every link to it; recorded until the close, it is tried once a run
+(on ``hash``, once every DEDUP_FAILED_EXPIRE). Bloom filters cannot remove a member:
+their failed pages are counted, said, and listed in Redis for ``scrapy dedup-forget
+--failed``. Docs: docs/failures.md.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class FailedPagesMiddleware:
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Any:
-        # (Not by dont_filter: RetryMiddleware sets it on every retry it makes.)
+        # Every request counts, dont_filter ones too: RetryMiddleware sets dont_filter on
+        # each retry it makes, so the request that fails for good always has it.
         forgetting = self.forgetting()
         if forgetting is not None:
             if response.status in self.codes:

@@ -173,6 +173,12 @@ def test_the_command_lists_a_bloom_filters_failed_pages_and_forgets_an_exact_one
     assert listed.returncode == 0, listed.stderr
     assert set(listed.stdout.split()) == failed_urls
     assert "3 page(s) recorded as failed for good" in listed.stderr
+    info = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "dedup-info", "--spider", "site",
+         f"--set=REDIS_URL={redis_url}"],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "3 page(s) recorded as failed for good (scrapy dedup-forget" in info.stdout, info
     # Handed to a scrapy-redis spider's start URLs (requested with dont_filter), once.
     bloom = {"REDIS_URL": redis_url, "DEDUP_BACKEND": "bloom"}
     server.set("taken", "a string")

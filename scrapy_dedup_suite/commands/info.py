@@ -12,7 +12,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
-from ..backends.keys import meta_key, read_hash
+from ..backends.keys import as_str, failed_key, meta_key, read_hash
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
@@ -89,6 +89,10 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
         one = settings.copy()
         one.set("DEDUP_BACKEND", name, priority="cmdline")
         backend = build_backend(one, spider, server=server, key=key)
+        record, kind = failed_key(key), as_str(server.type(failed_key(key)))
+        entry["failed_pages"] = int(server.hlen(record)) if kind == "hash" else 0
+        if kind not in ("hash", "none"):
+            entry["failed_record_problem"] = f"{record!r} holds a {kind}, not a hash of pages"
         try:
             stored = backend.verify()
         except DedupError as exc:
@@ -116,16 +120,26 @@ def render(spider: str, found: dict[str, Any]) -> str:
     lines = [f"dupefilter of spider {spider!r}:"]
     for name, e in found.items():
         mark = " (DEDUP_BACKEND)" if e["configured"] else ""
-        head = f"  {name}{mark} at {e['key']!r}: "
-        if not e["stored"]:
-            lines.append(head + "nothing stored")
-            continue
-        if "problem" in e:
-            lines.append(head + f"stored with other parameters: {e['record']}")
-            lines.append(f"    {e['problem']}")
-            continue
-        memory = human_bytes(e.get("memory_bytes", 0))
-        lines.append(head + f"{e['keys']} key(s), {memory}")
-        lines += [f"    {line}" for part in e["contents"] for line in part.describe()]
-        lines += [f"    {fill.describe()}" for fill in e.get("filters", [])]
+        lines += _described(f"  {name}{mark} at {e['key']!r}: ", e)
+        if "failed_record_problem" in e:
+            lines.append(f"    {e['failed_record_problem']}: left as it is")
+        if e.get("failed_pages"):
+            lines.append(
+                f"    {e['failed_pages']:,} page(s) recorded as failed for good "
+                f"(scrapy dedup-forget --spider {spider} --failed)"
+            )
     return "\n".join(lines)
+
+
+def _described(head: str, e: dict[str, Any]) -> list[str]:
+    """What one backend's key holds, a line and its details."""
+    if not e["stored"]:
+        return [head + "nothing stored"]
+    if "problem" in e:
+        return [head + f"stored with other parameters: {e['record']}", f"    {e['problem']}"]
+    memory = human_bytes(e.get("memory_bytes", 0))
+    return [
+        head + f"{e['keys']} key(s), {memory}",
+        *(f"    {line}" for part in e["contents"] for line in part.describe()),
+        *(f"    {fill.describe()}" for fill in e.get("filters", [])),
+    ]
