@@ -133,12 +133,15 @@ def follow_asks_to_new_masters(server: Any) -> None:
     (AttributeError, redis-py issue 4015) after it had disconnected and handed back
     to its pool a second time the connection of its first try, which another thread
     may hold by then: two threads then read each other's answers, and a call could
-    answer "seen" for pages it had just recorded as new. Here a name the map lacks
-    is made a node (a master: ASK names one), kept until the map lists it.
+    answer "seen" for pages it had just recorded as new. Its pipelines met the same
+    None. Here the map's lookup, which the client and its pipelines share, makes a node
+    of a name it lacks (a master: ASK names one), kept until the map lists it.
     """
     if getattr(server, "_dedup_follows_asks", False):
         return
-    lookup = server.get_node
+    # The map's own lookup, which the client and its pipelines share.
+    manager = server.nodes_manager
+    lookup = manager.get_node
     made: dict[str, ClusterNode] = {}
     lock = threading.Lock()
 
@@ -162,8 +165,16 @@ def follow_asks_to_new_masters(server: Any) -> None:
                 node = made[node_name] = ClusterNode(address, int(number), PRIMARY)
         return node
 
-    server.get_node = get_node
+    manager.get_node = get_node
     server._dedup_follows_asks = True
+    server._dedup_ask_targets = made
+
+
+def ask_targets(server: Any) -> list[Any]:
+    """A client on each master an ASK named that the cluster client's map lacks (see
+    :func:`follow_asks_to_new_masters`): scripts are loaded there too."""
+    made: dict[str, ClusterNode] = getattr(server, "_dedup_ask_targets", None) or {}
+    return [server.get_redis_connection(node) for node in list(made.values())]
 
 
 def server_time_ms(client: Any) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 from redis.cluster import ClusterPipeline
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
+from .connection import ask_targets
+
 #: The first line of every script: the fragments it uses, in the order they go.
 INCLUDE = "-- include: "
 
@@ -77,7 +79,11 @@ class LuaScript:
         return match.group(1).upper() if match else None
 
     def load(self, client: Any) -> None:
+        """SCRIPT LOAD on ``client`` (a cluster's: on every master, and on a master added
+        since its map was read that an ASK has named)."""
         client.script_load(self.source)
+        for master in ask_targets(client):
+            master.script_load(self.source)
 
     def evalsha(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """EVALSHA on ``client`` (a pipeline queues it): the one place it is written."""

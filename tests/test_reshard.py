@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from scrapy.settings import Settings
 
+from scrapy_dedup_suite.backends import SetBackend
 from scrapy_dedup_suite.connection import get_redis
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 
 from .conftest import ROWS
-from .helpers import SETTINGS_ROWS, crawl
+from .helpers import SETTINGS_ROWS, crawl, fingerprints
 from .reshard import Reshard, owner, slots_of
 from .servers import Site, module_args, redis_server_binary, tree_links
 
@@ -121,4 +122,26 @@ def test_an_ask_to_a_master_the_client_has_not_discovered_is_followed(cluster):
     assert server.execute_command("EVAL", script, 1, key) == b"recorded"
     reshard.finish()
     assert server.execute_command("EVAL", script, 1, key) == b"recorded"
+    server.close()
+
+
+def test_a_script_call_asked_to_a_new_master_runs_there_at_the_first_try(cluster):
+    """The new master knows none of the package's scripts, and is not among the masters
+    the client lists (it serves no slot yet): reopening after NOSCRIPT loaded them
+    everywhere but there, so every call sent there failed twice until the slot was
+    assigned (a retry, or a request let through unrecorded). The scripts are loaded on
+    the master an ASK names too."""
+    server = get_redis(Settings({"REDIS_URL": cluster.url, "DEDUP_REDIS_CLUSTER": True}))
+    backend = SetBackend(server, "{script-to-a-new-master}:dupefilter")
+    backend.open()
+    first, second = fingerprints(2)
+    assert backend.check_and_add_many([first]) == [False]
+    slot = server.keyslot(backend.key)
+    reshard = Reshard(cluster, lambda c: [(slot, "new")])
+    for _ in range(3):  # a master added, the slot marked migrating, its one key moved
+        reshard.step()
+    assert reshard.keys_moved == 1 and not reshard.done
+    assert backend.check_and_add_many([first, second]) == [True, False]
+    reshard.finish()
+    assert backend.check_and_add_many([second]) == [True]
     server.close()
