@@ -14,12 +14,14 @@ import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.cluster import ClusterPipeline
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
 from .connection import ask_targets
+
+T = TypeVar("T")
 
 #: The first line of every script: the fragments it uses, in the order they go.
 INCLUDE = "-- include: "
@@ -89,6 +91,14 @@ class LuaScript:
         """EVALSHA on ``client`` (a pipeline queues it): the one place it is written."""
         return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
+    def reload(self, client: Any, on_noscript: Callable[[], None] | None = None) -> None:
+        """After NOSCRIPT: ``on_noscript()`` (a backend reopens, which loads its scripts),
+        by default :meth:`load` on ``client``."""
+        if on_noscript is None:
+            self.load(client)
+        else:
+            on_noscript()
+
     def __call__(
         self,
         client: Any,
@@ -96,19 +106,49 @@ class LuaScript:
         args: Sequence[Any],
         on_noscript: Callable[[], None] | None = None,
     ) -> Any:
-        """EVALSHA; on NOSCRIPT (a flush, restart or failover), ``on_noscript`` (by
-        default: load the script on ``client``), then once more."""
-        try:
-            return self.evalsha(client, keys, args)
-        except NoScriptError:
-            if on_noscript is None:
-                self.load(client)
-            else:
-                on_noscript()
-            return self.evalsha(client, keys, args)
+        """EVALSHA; on NOSCRIPT (a flush, restart or failover), :meth:`reload`, then
+        once more."""
+        return reloading(
+            lambda: self.evalsha(client, keys, args), lambda: self.reload(client, on_noscript)
+        )
+
+    def call_and_wait(
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        replicas: int,
+        timeout_ms: int,
+        on_noscript: Callable[[], None] | None = None,
+    ) -> tuple[Any, int]:
+        """EVALSHA then ``WAIT replicas timeout_ms`` in one round trip: the answer, and
+        how many replicas had the call's writes when it came (NOSCRIPT as :meth:`__call__`)."""
+
+        def attempt() -> tuple[Any, int]:
+            pipe = client.pipeline(transaction=False)
+            self.evalsha(pipe, keys, args)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            answer, acked = pipe.execute(raise_on_error=False)
+            for result in (answer, acked):
+                if isinstance(result, Exception):
+                    raise result
+            return answer, int(acked)
+
+        return reloading(attempt, lambda: self.reload(client, on_noscript))
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+def reloading(attempt: Callable[[], T], reload: Callable[[], None]) -> T:
+    """``attempt()``; when the server answers NOSCRIPT (a flush, a restart, a failover),
+    ``reload()`` and ``attempt()`` once more: the one place a call of a script the server
+    did not know is made again (:func:`run_many` makes again only the calls refused)."""
+    try:
+        return attempt()
+    except NoScriptError:
+        reload()
+        return attempt()
 
 
 def explain(message: str) -> str:
@@ -227,9 +267,6 @@ def run_many(
             for i in refused:
                 results[i] = error
             return results
-        if on_noscript is not None:
-            on_noscript()
-        else:
-            script.load(client)
+        script.reload(client, on_noscript)
         todo = refused
     raise AssertionError("unreachable")

@@ -1,9 +1,10 @@
 """How a backend's scripts are called: one EVALSHA (with WAIT for replicas in the same
-round trip) reloaded on NOSCRIPT; a batch planned into one call per cluster slot, whose
-failed calls are kept beside the answers of those that ran; a call made again while a
-scalable filter asks for more of its layer schedule. Functions of a backend, which
-says what its script takes (``place``: ``add_group`` and ``fp_args``; ``group_keys``,
-``add_header``) and answers (``again``, ``learn``, ``on_grown``)."""
+round trip; a NOSCRIPT answer is :mod:`..scripts`'s to handle); a batch planned into one
+call per cluster slot, whose failed calls are kept beside the answers of those that ran;
+a call made again while a scalable filter asks for more of its layer schedule.
+Functions of a backend, which says what its script takes (``place``: ``add_group`` and
+``fp_args``; ``group_keys``, ``add_header``) and answers (``again``, ``learn``,
+``on_grown``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import NoScriptError
 
 from .. import scripts
 from ..connection import is_cluster
@@ -60,35 +59,25 @@ def _run_and_wait(
     """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
     replicas have the call's writes, or the timeout passed (then counted in
     :attr:`unreplicated` and logged; the answer stands)."""
-    for attempt in (1, 2):
-        pipe = backend.server.pipeline(transaction=False)
-        script.evalsha(pipe, keys, args)
-        pipe.execute_command("WAIT", backend.wait_replicas, backend.wait_timeout_ms)
-        answer, acked = pipe.execute(raise_on_error=False)
-        if isinstance(answer, NoScriptError) and attempt == 1:
-            backend.reopen()
-            continue
-        if isinstance(answer, Exception):
-            raise answer
-        if isinstance(acked, Exception):
-            raise acked
-        if int(acked) < backend.wait_replicas:
-            backend.unreplicated += 1
-            now = time.monotonic()
-            if now - backend._warned_unreplicated >= 60:  # at most once a minute
-                backend._warned_unreplicated = now
-                logger.warning(
-                    "A write of the %s dupefilter reached %d of the %d replica(s) asked "
-                    "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
-                    "failover now may lose it",
-                    backend.name,
-                    int(acked),
-                    backend.wait_replicas,
-                    backend.wait_timeout_ms,
-                    backend.unreplicated,
-                )
-        return answer
-    raise AssertionError("unreachable")
+    answer, acked = script.call_and_wait(
+        backend.server, keys, args, backend.wait_replicas, backend.wait_timeout_ms, backend.reopen
+    )
+    if acked < backend.wait_replicas:
+        backend.unreplicated += 1
+        now = time.monotonic()
+        if now - backend._warned_unreplicated >= 60:  # at most once a minute
+            backend._warned_unreplicated = now
+            logger.warning(
+                "A write of the %s dupefilter reached %d of the %d replica(s) asked "
+                "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
+                "failover now may lose it",
+                backend.name,
+                acked,
+                backend.wait_replicas,
+                backend.wait_timeout_ms,
+                backend.unreplicated,
+            )
+    return answer
 
 
 def call(
