@@ -8,7 +8,7 @@ A backend that declares ``report_fill`` returns a :class:`FilterFill` per filter
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any, Union
 
@@ -121,6 +121,14 @@ class Holding:
     capacity: int = 0
     #: Redis memory a fingerprint is expected to take there, when it is known.
     bytes_per_fingerprint: float | None = None
+    #: The false-positive rate it was designed for (0: an exact filter).
+    error_rate: float = 0.0
+    #: Redis memory the whole filter takes once allocated (0: it grows with what it holds).
+    memory_bytes: int = 0
+    #: How a Bloom filter of the server's grows ("expansion 2", "NONSCALING"), if it is one.
+    growth: str = ""
+    #: A Bloom filter's false-positive rate once it holds n fingerprints.
+    rate_at: Callable[[float], float] | None = None
 
 
 # -- what a filter holds, for dedup-info (DedupBackend.contents) -------------------------

@@ -285,7 +285,15 @@ class NativeBloomBackend(DedupBackend):
         capacity of a NONSCALING filter (a scalable one grows: 0)."""
         p = self.params
         held = float(self.describe().get("estimated_items", 0.0))
-        return Holding(held, p.blocks, 0 if p.expansion else p.block_capacity * p.blocks)
+        return Holding(
+            held,
+            p.blocks,
+            0 if p.expansion else p.block_capacity * p.blocks,
+            error_rate=p.error_rate,
+            memory_bytes=p.block_bytes * p.blocks,
+            growth=f"expansion {p.expansion}" if p.expansion else "NONSCALING",
+            rate_at=p.designed_rate,
+        )
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         p = self.params

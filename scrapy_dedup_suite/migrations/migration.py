@@ -117,9 +117,7 @@ class SetMigration:
         except DedupError as exc:
             raise TargetError(f"Target refused: {exc}") from exc
         if not self.bulk:
-            if self.target.capabilities.probabilistic:  # the server's own Bloom filters
-                return self._native_plan(members, source_memory, exists)
-            return self._exact_plan(members, source_memory, exists)
+            return self._written_plan(members, source_memory, exists)
         # Where the bits go (a time bucket's label, or "") and what is there already.
         bucket, already = self.target.bulk_fill()
         # Members already in the target (a resumed or repeated run) add nothing:
@@ -161,54 +159,36 @@ class SetMigration:
             **target,
         )
 
-    def _exact_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
-        """The plan for an exact target (hash, compact): no capacity, no false positives; each
-        fingerprint stays seen for the target's expiry from the migration on."""
+    def _written_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
+        """The plan for a target written through its own check-and-add, from what it says
+        it holds (``holding()``): an exact one (hash, compact: no false positives; each
+        fingerprint stays seen for the target's expiry from the migration on), or the
+        server's own Bloom filters (BF.INSERT: a NONSCALING filter has a capacity to
+        check, a scalable one grows; what an existing one lacks is estimated)."""
         held = self.target.holding()
         already = held.fingerprints if exists else 0.0
+        rate_at = held.rate_at
+        new_members = self._new_members(members) if exists and rate_at is not None else members
         per = held.bytes_per_fingerprint
+        # Allocated (the server's Bloom filters), or what the target was measured to take a
+        # fingerprint (buckets: docs/backends.md), or, where neither is known, the set's.
+        memory = held.memory_bytes or (round(per * (already + members)) if per else source_memory)
+        caps = self.target.capabilities
         return self._plan(
             members,
             source_memory,
             exists,
-            # Buckets are sized for DEDUP_COMPACT_CAPACITY; the shards have no capacity.
             capacity=held.capacity,
-            error_rate=0.0,
+            error_rate=held.error_rate,
             bits=0,
             hashes=0,
             blocks=held.keys,
-            # Buckets: what they were measured to take a fingerprint (docs/backends.md); where
-            # that is not known (the shards), about what the set takes.
-            target_memory=round(per * (already + members)) if per else source_memory,
+            target_memory=memory,
             items_already=already,
-            resulting_error_rate=0.0,
-            new_members=members,
-            expire=self.target.expire if self.target.capabilities.expiring_fingerprints else 0.0,
-        )
-
-    def _native_plan(self, members: int, source_memory: int, exists: bool) -> Plan:
-        """The plan for the server's own Bloom filters (native-bloom): written through
-        the filter's check-and-add (BF.INSERT), in batches; a NONSCALING filter has a
-        capacity to check, a scalable one grows."""
-        p = self.target.params
-        held = self.target.holding()
-        already = held.fingerprints if exists else 0.0
-        new_members = self._new_members(members) if exists else members
-        capacity = held.capacity
-        return self._plan(
-            members,
-            source_memory,
-            exists,
-            capacity=capacity,
-            error_rate=p.error_rate,
-            bits=0,
-            hashes=0,
-            blocks=p.blocks,
-            target_memory=p.block_bytes * p.blocks,
-            items_already=already,
-            resulting_error_rate=p.designed_rate(already + new_members),
+            resulting_error_rate=rate_at(already + new_members) if rate_at is not None else 0.0,
             new_members=new_members,
-            server_filter=f"expansion {p.expansion}" if p.expansion else "NONSCALING",
+            expire=self.target.expire if caps.expiring_fingerprints else 0.0,
+            server_filter=held.growth,
         )
 
     def _new_members(self, members: int) -> int:
