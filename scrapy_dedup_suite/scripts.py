@@ -107,10 +107,13 @@ class LuaScript:
         on_noscript: Callable[[], None] | None = None,
     ) -> Any:
         """EVALSHA; on NOSCRIPT (a flush, restart or failover), :meth:`reload`, then
-        once more."""
-        return reloading(
-            lambda: self.evalsha(client, keys, args), lambda: self.reload(client, on_noscript)
-        )
+        once more. (The hot path: written out, where :meth:`call_and_wait` uses
+        :func:`reloading`, to spare a request two Python calls.)"""
+        try:
+            return self.evalsha(client, keys, args)
+        except NoScriptError:
+            self.reload(client, on_noscript)
+            return self.evalsha(client, keys, args)
 
     def call_and_wait(
         self,
@@ -143,7 +146,8 @@ class LuaScript:
 def reloading(attempt: Callable[[], T], reload: Callable[[], None]) -> T:
     """``attempt()``; when the server answers NOSCRIPT (a flush, a restart, a failover),
     ``reload()`` and ``attempt()`` once more: the one place a call of a script the server
-    did not know is made again (:func:`run_many` makes again only the calls refused)."""
+    did not know is made again (:func:`run_many` makes again only the calls refused;
+    :meth:`LuaScript.__call__` writes it out)."""
     try:
         return attempt()
     except NoScriptError:
