@@ -1,0 +1,148 @@
+"""Requests in a compact encoding, for a queue kept in Redis.
+
+scrapy-redis stores each request as a pickle of ``request.to_dict()``: every field,
+defaults included (about 250 bytes for a 60-character URL before Redis's own overhead).
+Here only what differs from a plain ``Request``'s defaults is kept, and the most common
+request of a crawl (a GET of a URL, with a callback name and the depth DepthMiddleware
+sets) is a short line of text::
+
+    b"\\x01" + depth + b" " + callback + b" " + url      (depth, callback: may be empty)
+
+Anything else is ``b"\\x02"`` and the serializer's encoding of the fields that differ
+(pickle by default; SCHEDULER_SERIALIZER, a module with ``loads`` and ``dumps`` as
+scrapy-redis takes it, for a project that needs its own). Decoding restores the defaults
+and rebuilds the request as Scrapy's own disk queues do (``request_from_dict``): its
+class (FormRequest, JsonRequest...), callback and errback by name on the spider, meta,
+cb_kwargs, headers, cookies, body, flags, priority. A request that cannot be stored (a
+callback that is not a spider method, a meta value that cannot be serialized) is a
+:class:`RequestEncodingError` naming it, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy.utils.request import request_from_dict
+
+from ..exceptions import DedupError
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+#: What ``Request.to_dict()`` says of a plain ``Request(url)``: left out of an encoding.
+DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "dont_filter": False,
+    "method": "GET",
+    "priority": 0,
+}
+
+#: The first byte of each encoding.
+LINE, SERIALIZED = b"\x01", b"\x02"
+
+
+class RequestEncodingError(DedupError):
+    """A request that cannot be stored in the queue, or an entry that cannot be read."""
+
+
+class Serializer(Protocol):
+    def dumps(self, obj: Any) -> bytes | str: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class PickleSerializer:
+    """The default: pickle at its highest protocol (as scrapy-redis's picklecompat)."""
+
+    @staticmethod
+    def dumps(obj: Any) -> bytes:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @staticmethod
+    def loads(data: bytes) -> Any:
+        return pickle.loads(data)
+
+
+class RequestCodec:
+    """Encodes requests for ``spider`` (callbacks by name) with ``serializer``."""
+
+    def __init__(self, spider: Spider | None = None, serializer: Serializer | None = None):
+        self.spider = spider
+        self.serializer: Serializer = serializer or PickleSerializer()
+
+    def encode(self, request: Request) -> bytes:
+        try:
+            fields = request.to_dict(spider=self.spider)
+        except ValueError as exc:  # a callback or errback that is not a spider method
+            raise RequestEncodingError(
+                f"Cannot queue {request!r} in Redis: {exc}. Give a method of the spider as "
+                "callback and errback (a lambda or another function cannot be stored, as "
+                "with Scrapy's own disk queues)"
+            ) from None
+        kept = {k: v for k, v in fields.items() if k not in DEFAULTS or v != DEFAULTS[k]}
+        line = _as_line(kept)
+        if line is not None:
+            return line
+        try:
+            data = self.serializer.dumps(kept)
+        except Exception as exc:  # pickle raises several kinds; a project's serializer any
+            raise RequestEncodingError(
+                f"Cannot queue {request!r} in Redis: {sorted(kept)} cannot be serialized "
+                f"({type(exc).__name__}: {exc}). Keep values that cannot be pickled out of "
+                "meta and cb_kwargs, or set SCHEDULER_SERIALIZER to a module that can"
+            ) from None
+        return SERIALIZED + (data.encode("utf-8") if isinstance(data, str) else data)
+
+    def decode(self, data: bytes) -> Request:
+        kind, rest = data[:1], data[1:]
+        try:
+            if kind == LINE:
+                kept = _from_line(rest)
+            elif kind == SERIALIZED:
+                kept = self.serializer.loads(rest)
+            else:
+                raise ValueError(f"it starts with {kind!r}, not a request of this queue")
+            return request_from_dict({**DEFAULTS, **kept}, spider=self.spider)
+        except Exception as exc:  # (whatever a damaged or foreign entry makes fail)
+            raise RequestEncodingError(
+                f"A queued request could not be rebuilt ({type(exc).__name__}: {exc}): "
+                f"{data[:120]!r}"
+            ) from None
+
+
+def _as_line(kept: dict[str, Any]) -> bytes | None:
+    """``kept`` as the short line, if it is a GET with at most a callback name and a
+    depth; else None."""
+    callback = kept.get("callback") or ""
+    meta = kept.get("meta", {})
+    depth = meta.get("depth")
+    if (
+        set(kept) - {"url", "callback", "meta"}
+        or set(meta) - {"depth"}
+        or (depth is not None and (type(depth) is not int or depth < 0))
+        or not isinstance(callback, str)
+        or " " in callback
+        or " " in kept["url"]
+    ):
+        return None
+    text = f"{'' if depth is None else depth} {callback} {kept['url']}"
+    return LINE + text.encode("utf-8")
+
+
+def _from_line(rest: bytes) -> dict[str, Any]:
+    depth, callback, url = rest.decode("utf-8").split(" ", 2)
+    kept: dict[str, Any] = {"url": url}
+    if callback:
+        kept["callback"] = callback
+    if depth:
+        kept["meta"] = {"depth": int(depth)}
+    return kept

@@ -1,0 +1,148 @@
+"""The frontier's request encoding: every request comes back as Scrapy's own disk queues
+bring it back (its class, callbacks by name, meta, cb_kwargs, headers, cookies, body...),
+the common one as a short line, and one that cannot be stored is an error naming it.
+No Redis: the encoding alone."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import scrapy
+from scrapy.http import FormRequest, JsonRequest
+
+from scrapy_dedup_suite.frontier.codec import (
+    LINE,
+    SERIALIZED,
+    RequestCodec,
+    RequestEncodingError,
+)
+
+URL = "https://example.com/catalogue/category/books/travel_2/index.html?page=2"
+
+
+class Spider(scrapy.Spider):
+    name = "codec"
+
+    def parse(self, response):
+        pass
+
+    def parse_item(self, response, **kwargs):
+        pass
+
+    def on_error(self, failure):
+        pass
+
+
+class Renamed(scrapy.Spider):
+    name = "codec"
+
+    def parse(self, response):
+        pass
+
+
+@pytest.fixture
+def spider():
+    return Spider()
+
+
+def requests_of(spider):
+    return {
+        "plain": scrapy.Request(URL),
+        "callback and depth": scrapy.Request(URL, callback=spider.parse_item, meta={"depth": 3}),
+        "everything": scrapy.Request(
+            URL,
+            callback=spider.parse_item,
+            errback=spider.on_error,
+            method="PUT",
+            headers={"X-Token": "abc", "Accept": ["a", "b"]},
+            body=b"\x00\xff binary",
+            cookies={"session": "1"},
+            meta={"depth": 1, "nested": [1, {"x": b"y"}], "none": None},
+            encoding="latin-1",
+            priority=-7,
+            dont_filter=True,
+            flags=["retried"],
+            cb_kwargs={"page": 2},
+        ),
+        "form": FormRequest(URL, formdata={"q": "travel", "p": "2"}, callback=spider.parse),
+        "json": JsonRequest(URL, data={"q": [1, 2]}, callback=spider.parse_item),
+        "depth 0": scrapy.Request(URL, meta={"depth": 0}),
+        "non-ASCII URL": scrapy.Request("https://example.com/über café?q=ß"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "callback and depth", "everything", "form", "json", "depth 0", "non-ASCII URL"],
+)
+def test_a_request_comes_back_as_it_went(spider, case):
+    request = requests_of(spider)[case]
+    codec = RequestCodec(spider)
+    data = codec.encode(request)
+    back = codec.decode(data)
+    assert type(back) is type(request)
+    assert back.to_dict(spider=spider) == request.to_dict(spider=spider)
+    assert back.callback == request.callback and back.errback == request.errback
+
+
+def test_the_common_request_is_a_short_line_and_the_rest_is_serialized(spider):
+    codec = RequestCodec(spider)
+    made = {case: codec.encode(r) for case, r in requests_of(spider).items()}
+    for case in ("plain", "callback and depth", "depth 0", "non-ASCII URL"):
+        assert made[case].startswith(LINE), case
+    for case in ("everything", "form", "json"):
+        assert made[case].startswith(SERIALIZED), case
+    line = made["callback and depth"]
+    assert line == LINE + f"3 parse_item {URL}".encode()
+    # scrapy-redis's entry for the same request: a pickle of every field.
+    theirs = pickle.dumps(requests_of(spider)["callback and depth"].to_dict(spider=spider), -1)
+    assert len(line) < len(theirs) / 2
+
+
+def test_a_request_that_cannot_be_stored_is_an_error_naming_it(spider):
+    codec = RequestCodec(spider)
+    with pytest.raises(RequestEncodingError) as raised:
+        codec.encode(scrapy.Request(URL, callback=lambda response: None))
+    said = str(raised.value)
+    assert URL in said and "Give a method of the spider as callback" in said
+    assert "\n" not in said
+    with pytest.raises(RequestEncodingError) as raised:
+        codec.encode(scrapy.Request(URL, meta={"handle": (x for x in ())}))
+    said = str(raised.value)
+    assert "cannot be serialized" in said and "SCHEDULER_SERIALIZER" in said
+
+
+def test_an_entry_that_cannot_be_read_is_an_error_naming_it(spider):
+    codec = RequestCodec(spider)
+    for junk in (b"", b"\x03what", SERIALIZED + b"not a pickle", LINE + b"no-spaces"):
+        with pytest.raises(RequestEncodingError, match="could not be rebuilt"):
+            codec.decode(junk)
+    queued = codec.encode(scrapy.Request(URL, callback=spider.parse_item))
+    renamed = RequestCodec(Renamed())  # a deploy that renamed the callback
+    with pytest.raises(RequestEncodingError, match="parse_item"):
+        renamed.decode(queued)
+
+
+class CountingSerializer:
+    """SCHEDULER_SERIALIZER as scrapy-redis takes it: an object with loads and dumps."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def dumps(self, obj):
+        self.calls += 1
+        return pickle.dumps(obj, protocol=2)
+
+    def loads(self, data):
+        self.calls += 1
+        return pickle.loads(data)
+
+
+def test_a_projects_serializer_is_used_for_what_is_not_a_line(spider):
+    serializer = CountingSerializer()
+    codec = RequestCodec(spider, serializer)
+    request = requests_of(spider)["everything"]
+    back = codec.decode(codec.encode(request))
+    assert serializer.calls == 2
+    assert back.to_dict(spider=spider) == request.to_dict(spider=spider)
