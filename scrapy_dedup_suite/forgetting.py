@@ -179,7 +179,11 @@ class Forgetting:
         try:
             pages = self.forget_failed()
         except Exception as exc:  # (the crawl goes on: said)
-            logger.error("Could not forget the failed pages recorded in Redis: %s", exc)
+            logger.error(
+                "Could not forget the failed pages recorded in Redis (%s): the next close "
+                "tries again",
+                failure_text(exc),
+            )
             return 0
         if pages:
             logger.info(
