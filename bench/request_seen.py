@@ -3,20 +3,28 @@ ours for each backend, built as scrapy-redis's scheduler builds them (``from_spi
 with a crawler's stats), fingerprinting included, on a server of its own.
 
     python -m bench.request_seen [--requests 20000] [--rounds 2] [--batch 50]
-                                 [--server redis-server]
+                                 [--server redis-server] [--calls]
 
 Each round offers N new requests, then the same N again (duplicates), to each filter
 in turn; the best round of each is reported, as requests/s and as a ratio to
 scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
 batches of --batch (a page's links) through the path BatchDedupMiddleware takes
 (``df.batches``: ``prepare``, ``check``, ``account``), fingerprinting included.
+
+``--calls`` counts instead of timing: the Python calls (cProfile's total) per
+``request_seen`` of N new requests, after a warm-up of N/4: the work on the hot path,
+which does not depend on the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import shutil
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import redis
 import scrapy
@@ -67,6 +75,16 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
     return len(requests) / first, len(requests) / second
 
 
+def bench_settings(url: str, backend: str, n: int) -> dict[str, Any]:
+    """A filter of ``backend`` sized for what a run of ``n`` requests offers."""
+    return {
+        "REDIS_URL": url,
+        "DEDUP_BACKEND": backend,
+        "DEDUP_BLOOM_CAPACITY": 2 * n,
+        "DEDUP_COMPACT_CAPACITY": max(1_000, 2 * n),
+    }
+
+
 def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[float, float]]:
     requests = [Request(f"http://bench.test/page/{i}?a=1") for i in range(n)]
     client = redis.Redis.from_url(url)
@@ -82,12 +100,7 @@ def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[f
         keep("scrapy-redis", offer(ScrapyRedisDupeFilter.from_spider(spider), requests))
         for backend in BACKENDS:
             client.flushall()
-            settings = {
-                "REDIS_URL": url,
-                "DEDUP_BACKEND": backend,
-                "DEDUP_BLOOM_CAPACITY": 2 * n,
-                "DEDUP_COMPACT_CAPACITY": max(1_000, 2 * n),
-            }
+            settings = bench_settings(url, backend, n)
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
             keep(backend, offer(RFPDupeFilter.from_spider(spider), requests))
             client.flushall()
@@ -98,16 +111,62 @@ def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[f
     return best
 
 
+def filters(url: str, n: int) -> Iterator[tuple[str, Any]]:
+    """scrapy-redis's dupefilter, then ours for each backend, as its scheduler builds
+    them, each on the server flushed just before it is built."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushall()
+        spider = BenchSpider.from_crawler(get_crawler(BenchSpider, {"REDIS_URL": url}))
+        yield "scrapy-redis", ScrapyRedisDupeFilter.from_spider(spider)
+        for backend in BACKENDS:
+            client.flushall()
+            spider = BenchSpider.from_crawler(
+                get_crawler(BenchSpider, bench_settings(url, backend, n))
+            )
+            yield backend, RFPDupeFilter.from_spider(spider)
+    finally:
+        client.close()
+
+
+def count_calls(url: str, n: int) -> dict[str, float]:
+    """Python calls per request_seen of ``n`` new requests, after ``n // 4`` others."""
+    warm = [Request(f"http://bench.test/warm/{i}?a=1") for i in range(max(1, n // 4))]
+    requests = [Request(f"http://bench.test/page/{i}?a=1") for i in range(n)]
+    calls: dict[str, float] = {}
+    for name, df in filters(url, n):
+        for request in warm:
+            df.request_seen(request)
+        profile = cProfile.Profile()
+        profile.enable()
+        new = sum(not df.request_seen(r) for r in requests)
+        profile.disable()
+        if new != n:
+            raise AssertionError(f"{name}: {new} new of {n}")
+        calls[name] = pstats.Stats(profile).total_calls / n  # type: ignore[attr-defined]
+    return calls
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.request_seen", description=__doc__)
     parser.add_argument("--requests", type=int, default=20_000, metavar="N")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=50, help="requests per batch (a page's links)")
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
+    parser.add_argument(
+        "--calls", action="store_true", help="count Python calls per request instead of timing"
+    )
     opts = parser.parse_args(argv)
     if opts.requests < 1 or opts.rounds < 1 or opts.batch < 1:
         parser.error("--requests, --rounds and --batch must be at least 1")
     binary = opts.server or shutil.which("redis-server") or server_binary()
+    if opts.calls:
+        with EmbeddedRedis(binary=binary) as server:
+            calls = count_calls(server.url, opts.requests)
+        print(f"Python calls per request_seen, {opts.requests:,} new requests:")
+        for name, count in calls.items():
+            print(f"  {name:23s} {count:7.1f} ({count / calls['scrapy-redis']:.2f}x scrapy-redis)")
+        return 0
     with EmbeddedRedis(binary=binary) as server:
         best = measure(server.url, opts.requests, opts.rounds, opts.batch)
     ref_new, ref_seen = best["scrapy-redis"]

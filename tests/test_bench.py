@@ -127,3 +127,16 @@ def test_plots_smoke_run(tmp_path, redis_server):
         assert data.startswith(b"\x89PNG") and len(data) > 10_000, name
     # The fixed filter's rate at 4x its capacity is far above the scalable one's.
     assert "false positives: scalable (expansion 2)" in proc.stdout
+
+
+def test_request_seen_bench_counts_python_calls(redis_server):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.request_seen", "--calls", "--requests", "200",
+         "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split()[0]: float(line.split()[1]) for line in proc.stdout.splitlines()[1:]}
+    assert list(rows) == ["scrapy-redis", "set", "hash", "compact", "bloom", "windowed-bloom"]
+    assert all(100 < calls < 1000 for calls in rows.values()), rows
