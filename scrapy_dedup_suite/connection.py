@@ -174,6 +174,10 @@ def ask_targets(server: Any) -> list[Any]:
     """A client on each master an ASK named that the cluster client's map lacks (see
     :func:`follow_asks_to_new_masters`): scripts are loaded there too."""
     made: dict[str, ClusterNode] = getattr(server, "_dedup_ask_targets", None) or {}
+    if not made:
+        return []
+    for name in [name for name in made if name in server.nodes_manager.nodes_cache]:
+        made.pop(name, None)  # the map lists it now: loaded as one of its masters
     return [server.get_redis_connection(node) for node in list(made.values())]
 
 

@@ -9,6 +9,7 @@ without its per-call overhead, which matters on the one-round-trip hot path.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from redis.cluster import ClusterPipeline
-from redis.exceptions import AskError, NoScriptError, TryAgainError
+from redis.exceptions import AskError, NoScriptError, RedisError, TryAgainError
 
 from .connection import ask_targets
 
@@ -85,7 +86,9 @@ class LuaScript:
         since its map was read that an ASK has named)."""
         client.script_load(self.source)
         for master in ask_targets(client):
-            master.script_load(self.source)
+            # (Best effort: a master that left since is refused as calls there are.)
+            with contextlib.suppress(RedisError):
+                master.script_load(self.source)
 
     def evalsha(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """EVALSHA on ``client`` (a pipeline queues it): the one place it is written."""

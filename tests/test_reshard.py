@@ -17,7 +17,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import SetBackend
-from scrapy_dedup_suite.connection import get_redis
+from scrapy_dedup_suite.connection import ask_targets, get_redis
 from scrapy_dedup_suite.embedded import EmbeddedCluster
 
 from .conftest import ROWS
@@ -142,6 +142,10 @@ def test_a_script_call_asked_to_a_new_master_runs_there_at_the_first_try(cluster
         reshard.step()
     assert reshard.keys_moved == 1 and not reshard.done
     assert backend.check_and_add_many([first, second]) == [True, False]
+    assert len(ask_targets(server)) == 1  # the new master, which the map lacks
     reshard.finish()
     assert backend.check_and_add_many([second]) == [True]
+    # The map lists it now (MOVED): no longer an extra target, so that a master that
+    # leaves the cluster later is not asked for scripts for ever.
+    assert ask_targets(server) == []
     server.close()
