@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backends.clearing import delete_if_type
 from .backends.forget import cannot_forget
-from .backends.keys import failed_key, read_hash
+from .backends.keys import chunks, failed_key, read_hash
 from .connection import failure_text
 from .exceptions import DedupConfigError
 from .failures import as_failure, translate
@@ -103,8 +103,8 @@ class Forgetting:
     def drop_records(self, fingerprints: list[str]) -> None:
         """Remove these failed pages from the record in Redis."""
         server = self.df.backend.server
-        for start in range(0, len(fingerprints), 1000):
-            server.hdel(self.failed_key, *fingerprints[start : start + 1000])
+        for part in chunks(fingerprints):
+            server.hdel(self.failed_key, *part)
 
     def clear(self) -> None:
         """The filter was cleared: its failed pages with it (a key of another type is

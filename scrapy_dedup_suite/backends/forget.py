@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .keys import BATCH
+from .keys import chunks
 
 if TYPE_CHECKING:
     from .base import DedupBackend
@@ -29,13 +29,11 @@ def remove(server: Any, command: str, members: Iterable[tuple[str, Any]]) -> int
     for key, member in members:
         by_key.setdefault(key, []).append(member)
     removed = 0
-    keys = list(by_key)
-    for start in range(0, len(keys), KEYS_PER_ROUND):
+    for keys in chunks(by_key, KEYS_PER_ROUND):
         pipe = server.pipeline(transaction=False)
-        for key in keys[start : start + KEYS_PER_ROUND]:
-            group = by_key[key]
-            for part in range(0, len(group), BATCH):
-                pipe.execute_command(command, key, *group[part : part + BATCH])
+        for key in keys:
+            for part in chunks(by_key[key]):
+                pipe.execute_command(command, key, *part)
         removed += sum(int(n) for n in pipe.execute())
     return removed
 

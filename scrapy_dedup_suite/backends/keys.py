@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.crc import key_slot
 
@@ -15,6 +15,8 @@ from ..exceptions import DedupConfigError, WrongKeyTypeError
 
 #: Fingerprints sent to Redis per pipeline in the batched operations.
 BATCH = 1000
+
+T = TypeVar("T")
 
 
 #: The suffix of a parameter record and of a stamp beside data.
@@ -104,8 +106,9 @@ def read_hash(server: Any, key: str) -> dict[str, str]:
     return {as_str(k): as_str(v) for k, v in server.hgetall(key).items()}
 
 
-def chunks(items: Iterable[str], size: int = BATCH) -> Iterable[list[str]]:
-    batch: list[str] = []
+def chunks(items: Iterable[T], size: int = BATCH) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:

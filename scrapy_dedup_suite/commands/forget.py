@@ -16,7 +16,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_redis.connection import get_redis_from_settings
 
 from ..backends.forget import cannot_forget
-from ..backends.keys import as_str
+from ..backends.keys import as_str, chunks
 from ..connection import UNREACHABLE
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError, DedupError
@@ -84,9 +84,7 @@ def push_start_urls(server: Any, key: str, urls: list[str]) -> None:
             f"--push {key!r} holds a {kind}, not a scrapy-redis start-URLs list or set: "
             "give the key the spider reads (REDIS_START_URLS_KEY, e.g. myspider:start_urls)"
         )
-    messages = [json.dumps({"url": url}) for url in urls]
-    for start in range(0, len(messages), 1000):
-        part = messages[start : start + 1000]
+    for part in chunks(json.dumps({"url": url}) for url in urls):
         if kind == "set":
             server.sadd(key, *part)
         else:
