@@ -17,22 +17,19 @@ their failed pages are counted, said, and listed in Redis for ``scrapy dedup-for
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
-from .dupefilter import RFPDupeFilter
 from .forgetting import Forgetting
+from .middleware import scheduler_dupefilter
 from .settings_table import read
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-logger = logging.getLogger(__name__)
 
 #: The order of FailedPagesMiddleware in DOWNLOADER_MIDDLEWARES: below RetryMiddleware's
 #: 550, so that Scrapy calls it with what RetryMiddleware did not retry.
@@ -65,24 +62,16 @@ class FailedPagesMiddleware:
     def forgetting(self) -> Forgetting | None:
         """The scheduler's dupefilter's, when it is this package's."""
         if not self._looked_up:
-            engine = self.crawler.engine
-            slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-            scheduler = getattr(slot, "scheduler", None)
-            if scheduler is None:
-                return None
+            opened, df = scheduler_dupefilter(
+                self.crawler, "FailedPagesMiddleware", "failed pages are not forgotten"
+            )
+            if not opened:
+                return None  # the engine has not opened the spider yet: look again later
             self._looked_up = True
-            df = getattr(scheduler, "df", None)
-            if isinstance(df, RFPDupeFilter):
+            if df is not None:
                 self._forgetting = df.forgetting
                 self._forgetting.records = self.forget
                 self._forgetting.expire_failed = self.expire
-            else:
-                logger.warning(
-                    "FailedPagesMiddleware is enabled but the scheduler's dupefilter is %s, "
-                    "not scrapy_dedup_suite.dupefilter.RFPDupeFilter: failed pages are not "
-                    "forgotten",
-                    type(df).__name__,
-                )
         return self._forgetting
 
     def process_response(

@@ -103,6 +103,35 @@ def passes_requests_on(mw: Any) -> bool:
     return False
 
 
+def engine_slot(crawler: Crawler) -> Any:
+    """The engine's slot (its scheduler, and whether it is closing), or None."""
+    engine = crawler.engine
+    return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
+
+def scheduler_dupefilter(
+    crawler: Crawler, component: str, without: str
+) -> tuple[bool, RFPDupeFilter | None]:
+    """Whether the engine has opened the spider (its scheduler is there), and the
+    scheduler's dupefilter if it is this package's; if it is another, a WARNING says
+    that ``component`` goes ``without`` it, and what to set."""
+    scheduler = getattr(engine_slot(crawler), "scheduler", None)
+    if scheduler is None:
+        return False, None
+    df = getattr(scheduler, "df", None)
+    if isinstance(df, RFPDupeFilter):
+        return True, df
+    logger.warning(
+        "%s is enabled but the scheduler's dupefilter is %s, not "
+        "scrapy_dedup_suite.dupefilter.RFPDupeFilter: %s. Set DUPEFILTER_CLASS = "
+        '"scrapy_dedup_suite.dupefilter.RFPDupeFilter".',
+        component,
+        type(df).__name__ if df is not None else "missing",
+        without,
+    )
+    return True, None
+
+
 class BatchDedupMiddleware:
     """Spider middleware that checks a callback's requests in one batch."""
 
@@ -129,20 +158,13 @@ class BatchDedupMiddleware:
         middleware can drop or replace requests (else None: the middleware passes
         everything on and the scheduler filters as before)."""
         if not self._looked_up:
-            scheduler = getattr(self._slot(), "scheduler", None)
-            if scheduler is None:
+            opened, df = scheduler_dupefilter(
+                self.crawler, "BatchDedupMiddleware", "requests pass through unbatched"
+            )
+            if not opened:
                 return None  # the engine has not opened the spider yet: look again later
             self._looked_up = True
-            df = getattr(scheduler, "df", None)
-            if not isinstance(df, RFPDupeFilter):
-                logger.warning(
-                    "BatchDedupMiddleware is enabled but the scheduler's dupefilter is %s, not "
-                    "scrapy_dedup_suite.dupefilter.RFPDupeFilter: requests pass through "
-                    "unbatched. Set DUPEFILTER_CLASS = "
-                    '"scrapy_dedup_suite.dupefilter.RFPDupeFilter".',
-                    type(df).__name__ if df is not None else "missing",
-                )
-            elif self._placed_last():
+            if df is not None and self._placed_last():
                 df.policy.closing = self.closing
                 self._dupefilter = df
         return self._dupefilter
@@ -188,17 +210,12 @@ class BatchDedupMiddleware:
             orders[cls] = order
         return orders
 
-    def _slot(self) -> Any:
-        """The engine's slot (its scheduler, and whether it is closing), or None."""
-        engine = self.crawler.engine
-        return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-
     def closing(self) -> bool:
         """Whether the crawl is closing or stopping (read from batch threads too)."""
         engine = self.crawler.engine
         if engine is None or not engine.running:
             return True
-        slot = self._slot()
+        slot = engine_slot(self.crawler)
         return slot is None or getattr(slot, "closing", None) is not None
 
     # -- spider output -------------------------------------------------------------------

@@ -207,3 +207,27 @@ def test_the_command_lists_a_bloom_filters_failed_pages_and_forgets_an_exact_one
     assert "forgot 3 page(s) recorded as failed for good" in done.stdout
     assert server.scard("site:dupefilter") == 0
     assert not server.exists("site:dupefilter:failed")
+
+
+@pytest.mark.single_server
+def test_with_another_dupefilter_the_middlewares_say_so_and_the_crawl_goes_on(
+    tmp_path, server, redis_settings, failing_site
+):
+    site = failing_site
+    settings = {
+        **settings_of(redis_settings, "set"),
+        "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter",
+        "SPIDER_MIDDLEWARES": {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50},
+    }
+    result = crawl(tmp_path, site, settings, "foreign", start_dont_filter=True)
+    for component, without in (
+        ("BatchDedupMiddleware", "requests pass through unbatched"),
+        ("FailedPagesMiddleware", "failed pages are not forgotten"),
+    ):
+        said = (
+            f"{component} is enabled but the scheduler's dupefilter is RFPDupeFilter, not "
+            f"scrapy_dedup_suite.dupefilter.RFPDupeFilter: {without}."
+        )
+        assert said in result["log"], result["log"][-3000:]
+    assert set(range(PAGES)) - set(site.downloads) == set(FAILING)
+    assert "dedup/failed" not in result["stats"]
