@@ -187,9 +187,9 @@ class Command(ScrapyCommand):
                 "forgotten"
             )
         df = self._dupefilter(settings, backend)
-        requests = [Request(url, method=method) for url in urls]
-        forgotten = df.forget(*requests)
-        unique = len({df.fingerprint_of(request) for request in requests})
+        fps = list(dict.fromkeys(df.fingerprint_of(Request(url, method=method)) for url in urls))
+        forgotten = df.forgetting.forget_fingerprints(fps)
+        unique = len(fps)
         return (
             f"forgot {forgotten} of {unique} page(s) at {backend.key!r} ({backend.name}); "
             f"{unique - forgotten} were not recorded"

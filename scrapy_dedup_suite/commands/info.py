@@ -89,7 +89,8 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
         one = settings.copy()
         one.set("DEDUP_BACKEND", name, priority="cmdline")
         backend = build_backend(one, spider, server=server, key=key)
-        record, kind = failed_key(key), as_str(server.type(failed_key(key)))
+        record = failed_key(key)
+        kind = as_str(server.type(record))
         entry["failed_pages"] = int(server.hlen(record)) if kind == "hash" else 0
         if kind not in ("hash", "none"):
             entry["failed_record_problem"] = f"{record!r} holds a {kind}, not a hash of pages"
