@@ -2,7 +2,7 @@
 of the fingerprints (SHA1's first eight bytes), one key, its own two Lua scripts.
 
 It is what a user would write, from the package's public pieces only: ``DedupBackend``
-with its layout (one group: the set), ``Capabilities``, ``LuaScript`` with its source.
+with its ``Layout`` (one group: the set), ``Capabilities``, ``LuaScript`` with its source.
 ``DEDUP_BACKEND = "tests.digest_backend.DigestSetBackend"`` selects it, and the test
 suite runs the whole backend table with it (the ``digest-set`` row of conftest.py)."""
 
@@ -15,6 +15,7 @@ from typing import Any
 from scrapy_dedup_suite.backends import DedupBackend
 from scrapy_dedup_suite.backends.capabilities import Capabilities
 from scrapy_dedup_suite.backends.forget import remove
+from scrapy_dedup_suite.backends.layout import Layout
 from scrapy_dedup_suite.reports import Contents, Fingerprints
 from scrapy_dedup_suite.scripts import LuaScript
 
@@ -43,32 +44,39 @@ def digest(fingerprint: str) -> bytes:
     return hashlib.sha1(fingerprint.encode()).digest()[:8]
 
 
+class OneDigestSet(Layout):
+    """Where the digests live: one group, the set; no stamp."""
+
+    add_script = DIGEST_ADD
+    contains_script = DIGEST_CONTAINS
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def header(self, context: Any, stamp: str) -> list[Any]:
+        return []
+
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        return 0, [digest(fingerprint)]
+
+    def keys(self, group: int, context: Any) -> list[str]:
+        return [self.key]
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        return [self.key], [digest(fingerprint)]
+
+
 class DigestSetBackend(DedupBackend):
     name = "digest-set"
     default_key = "%(spider)s:digests"
     capabilities = Capabilities(count=True, stable_answers=True, forget=True)
-    add_script = DIGEST_ADD
-    contains_script = DIGEST_CONTAINS
+
+    def __init__(self, server: Any, key: str) -> None:
+        super().__init__(server, key)
+        self.layout = OneDigestSet(key)
 
     def with_key(self, key: str) -> DigestSetBackend:
         return DigestSetBackend(self.server, key)
-
-    # -- the layout: one group, the set --------------------------------------------------
-
-    def add_group(self, fingerprint: str) -> int:
-        return 0
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        return [self.key]
-
-    def add_header(self, context: Any) -> list[Any]:
-        return []
-
-    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return [digest(fingerprint)]
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        return [self.key], [digest(fingerprint)]
 
     # -- what it holds ----------------------------------------------------------------------
 

@@ -96,8 +96,9 @@ def test_one_call_per_batch_on_a_server_one_per_slot_on_a_cluster(make_backend, 
     if isinstance(backend, SetBackend):
         touched = {slot_of(backend.key)}
     else:
-        context = backend.add_context()
-        touched = {slot_of(backend.group_keys(backend.add_group(fp), context)[0]) for fp in fps}
+        layout = backend.layout
+        context = layout.context(server)
+        touched = {slot_of(layout.keys(layout.place(fp, None)[0], context)[0]) for fp in fps}
     assert sum(calls.values()) == len(touched)
 
 

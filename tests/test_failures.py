@@ -83,7 +83,7 @@ def test_server_codes_are_read_whatever_the_words(server):
     server.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.ResponseError) as oom:
-            scripts.SET_ADD(server, ["t:set"], ["fp"])
+            scripts.SET_ADD(server, ["t:set"], [1, "fp"])
     finally:
         server.config_set("maxmemory", 0)
     assert code_of(oom.value) == "OOM" and is_transient(oom.value)
@@ -100,7 +100,7 @@ def test_translate_gives_the_package_exception_for_each_code(server):
     # The janitor's layout (expiry timestamps in fields), on every server.
     backend = HashBackend(server, "t:h", shards=2, field_expiry=False)
     backend.open()
-    shard = backend.shard_keys[backend.add_group("fp")]
+    shard = backend.shard_of("fp")
     with pytest.raises(redis.ResponseError) as bad_fp:
         scripts.BLOOM_CONTAINS(server, ["t:bits"], ["zz", 1024, 3])
     assert isinstance(translate(bad_fp.value, backend, "zz"), InvalidFingerprintError)

@@ -190,7 +190,7 @@ def test_clear_deletes_the_record_of_failed_pages_and_keeps_a_key_of_another_typ
 
 def remaining_ms(backend, fingerprint: str) -> int:
     """How long ``fingerprint`` stays seen on a hash filter, by the server's clock."""
-    (key,), (field, *_) = backend.contains_call(fingerprint)
+    (key,), (field, *_) = backend.layout.contains_call(fingerprint, None)
     if backend.expiry is BY_SERVER:
         return int(backend.server.execute_command("HPTTL", key, "FIELDS", 1, field)[0])
     expiry = int(backend.server.hget(key, field)) * backend.expiry_unit_ms

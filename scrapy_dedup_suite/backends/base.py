@@ -7,7 +7,6 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
 from typing import Any, ClassVar
 
 from redis.exceptions import AskError
@@ -15,7 +14,7 @@ from scrapy.settings import BaseSettings
 
 from .. import scripts
 from ..connection import is_cluster, nodes_of, refresh_slots
-from ..exceptions import DedupConfigError, FilterMismatchError
+from ..exceptions import DedupConfigError
 from ..failures import cluster_node_error
 from ..reports import Contents, Holding
 from . import admission, calls, clearing, record
@@ -29,6 +28,7 @@ from .keys import (
     memory_usage,
     wrong_type_hint,
 )
+from .layout import Layout
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,12 @@ class DedupBackend(CapabilityMethods, ABC):
     def rebind(self, *, server: Any = None, key: str | None = None) -> DedupBackend:
         """The same filter on another client or at another key, not yet opened
         (what ``df.server = ...`` / ``df.key = ...`` do, as with scrapy-redis)."""
-        clone = self.with_key(key) if key is not None and key != self.key else copy.copy(self)
+        if key is not None and key != self.key:
+            clone = self.with_key(key)
+        else:
+            clone = copy.copy(self)
+            if self.layout is not None:  # (what it found at open is found again)
+                clone.layout = copy.copy(self.layout)
         if server is not None:
             clone.server = server
         clone.wait_for_replicas(self.wait_replicas, self.wait_timeout_ms / 1000)
@@ -169,8 +174,9 @@ class DedupBackend(CapabilityMethods, ABC):
             admission.check_spread(self, [k for k in found if spec is None or k != spec.key])
         # Registered once here, so the first request costs no NOSCRIPT round trip
         # (they are reloaded on NOSCRIPT after a flush, restart or failover).
-        for script in {self.add_script, self.contains_script} - {None}:
-            script.load(self.server)  # type: ignore[union-attr]
+        if self.layout is not None:
+            for script in {self.layout.add_script, self.layout.contains_script} - {None}:
+                script.load(self.server)  # type: ignore[union-attr]
         self._prepare()
 
     def reopen(self) -> None:
@@ -207,79 +213,9 @@ class DedupBackend(CapabilityMethods, ABC):
 
     # -- the operations -------------------------------------------------------------
 
-    @property
-    def add_script(self) -> scripts.LuaScript | None:
-        """The Lua script that checks and adds. It takes many fingerprints at once: its
-        keys are one group per block or shard the call touches (:meth:`group_keys`),
-        its arguments :meth:`add_header`, then per fingerprint its group's number in
-        the call and :meth:`fp_args`; it answers one integer per fingerprint: > 0
-        "seen", 0 "new", < 0 "new" with news for :meth:`on_grown`, or what
-        :meth:`again` recognises. A property, so that a backend may choose its script
-        per instance (a class attribute overrides it too); a backend without scripts
-        (None) overrides the operations below instead."""
-        return None
-
-    @property
-    def contains_script(self) -> scripts.LuaScript | None:
-        """The Lua script that tells whether one fingerprint (:meth:`contains_call`)
-        is recorded: > 0 "present"."""
-        return None
-
-    def add_context(self) -> Any:
-        """What every group of one add call shares (the time, say), made once per call."""
-        return None
-
-    def add_group(self, fingerprint: str) -> int:
-        """The group (block, shard) whose keys a fingerprint's check-and-add touches."""
-        raise NotImplementedError
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        """The keys of one group, all in one cluster slot, its stamp first."""
-        raise NotImplementedError
-
-    def add_header(self, context: Any) -> list[Any]:
-        """The arguments of :attr:`add_script` before the fingerprints."""
-        raise NotImplementedError
-
-    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        """One fingerprint's arguments of :attr:`add_script` (after its group)."""
-        return [fingerprint]
-
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        """:meth:`add_group` and :meth:`fp_args` of one fingerprint, what a call's plan
-        asks (a layout that finds both from one digest overrides it to hash once)."""
-        return self.add_group(fingerprint), self.fp_args(fingerprint, expire)
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        """Keys and arguments of :attr:`contains_script` for one fingerprint."""
-        raise NotImplementedError
-
-    @property
-    def again_limit(self) -> int:
-        """How many times an add or contains call may be made again (see :meth:`again`)."""
-        return 0
-
-    def again(self, answer: Any) -> bool:
-        """Whether a script's answer asks for the call to be made again (a scalable
-        filter that was not sent enough layers); by default none does."""
-        return False
-
-    def learn(self, answers: Sequence[Any]) -> None:
-        """Act on the answers :meth:`again` recognised, before calling again."""
-
-    def on_grown(self, answer: int) -> None:
-        """A fingerprint was added and its answer was < 0: a scalable filter added a
-        layer (-1) or is past its last one (-2). Override to report it."""
-
-    def run_script(self, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-        """One call of ``script`` (see :func:`calls.run`)."""
-        return calls.run(self, script, keys, args)
-
-    def again_error(self) -> Exception:
-        return FilterMismatchError(
-            f"The {self.name} filter at {self.key!r} asked for its call to be made again "
-            f"more than {self.again_limit} times; use the settings it was created with."
-        )
+    #: Where the fingerprints live and how a call of the add script is built for them
+    #: (see layout.py); None for a backend that overrides the operations below itself.
+    layout: Layout | None = None
 
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         """Record ``fingerprint``; return True if it was already recorded (seen).
@@ -287,19 +223,25 @@ class DedupBackend(CapabilityMethods, ABC):
         One round trip, atomic on the server. ``expire`` (seconds) is honoured
         by backends with per-fingerprint expiry and ignored by the others.
         """
-        script = self.add_script
-        if script is None:
-            raise NotImplementedError(f"{type(self).__name__} has no add script")
-        # The per-request path: the one call of a batch of one, without the batch's
-        # bookkeeping (try_add_answers) around it.
-        ((keys, args, _),) = calls.plan(self, (fingerprint,), (expire,), (0,))
-        answer = calls.run(self, script, keys, args)[0]
+        # The per-request path: one call of the layout's add script, a group of one
+        # (the batch's planning and bookkeeping, calls.add_answers, left out).
+        layout = self.layout
+        if layout is None:
+            raise NotImplementedError(f"{type(self).__name__} has no layout")
+        context = layout.context(self.server)
+        group, args = layout.place(fingerprint, expire)
+        keys = layout.keys(group, context)
+        args = [*layout.header(context, self._stamp or self.stamp), 1, *args]
+        if self.wait_replicas:
+            answer = calls.run_and_wait(self, layout.add_script, keys, args)[0]
+        else:
+            answer = layout.add_script(self.server, keys, args, self.reopen)[0]
         if answer > 0:
             return True
         if answer < 0:
-            if self.again(answer):  # nothing was written: the general path sends more
+            if layout.again(answer):  # nothing was written: the general path sends more
                 return self.check_and_add_many((fingerprint,), (expire,))[0]
-            self.on_grown(answer)
+            layout.grown(answer)
         return False
 
     def check_and_add_many(
@@ -312,7 +254,7 @@ class DedupBackend(CapabilityMethods, ABC):
         is atomic; one repeated in the batch is new once, then seen. ``expires``:
         one expiry (seconds) or None per fingerprint.
         """
-        if self.add_script is None:  # a backend of its own without scripts: one by one
+        if self.layout is None:  # a backend of its own without a layout: one by one
             each = expires if expires is not None else (None,) * len(fingerprints)
             return [self.check_and_add(fp, expire) for fp, expire in zip(fingerprints, each)]
         seen, failed = self.try_check_and_add_many(fingerprints, expires)
@@ -326,32 +268,30 @@ class DedupBackend(CapabilityMethods, ABC):
         """:meth:`check_and_add_many`, keeping the answers of the calls that ran when
         others failed (see :func:`calls.add_answers`): None for the fingerprints of a
         failed call."""
-        if self.add_script is None:
+        layout = self.layout
+        if layout is None:
             return one_call(lambda: self.check_and_add_many(fingerprints, expires), fingerprints)
         answers, failed = calls.add_answers(self, fingerprints, expires)
         for answer in answers:
             if answer is not None and answer < 0:
-                self.on_grown(answer)
+                layout.grown(answer)
         return [None if answer is None else answer > 0 for answer in answers], failed
 
     def contains(self, fingerprint: str) -> bool:
         """True if ``fingerprint`` is recorded. Records nothing."""
-        assert self.contains_script is not None
-        answer = calls.call(self, self.contains_script, lambda: self.contains_call(fingerprint))
-        return bool(answer > 0)
+        return bool(calls.contains(self, fingerprint) > 0)
 
     def contains_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """:meth:`contains` for many fingerprints, pipelined."""
-        assert self.contains_script is not None
+        layout = calls.layout_of(self)
+        assert layout.contains_script is not None
         out: list[bool] = []
         for batch in chunks(fingerprints):
-            each = [self.contains_call(fp) for fp in batch]
-            results = scripts.run_many(self.server, self.contains_script, each, self.reopen)
+            context = layout.context(self.server)
+            each = [layout.contains_call(fp, context) for fp in batch]
+            results = scripts.run_many(self.server, layout.contains_script, each, self.reopen)
             results = [
-                calls.call(self, self.contains_script, partial(self.contains_call, fp))
-                if self.again(r)
-                else r
-                for fp, r in zip(batch, results)
+                calls.contains(self, fp) if layout.again(r) else r for fp, r in zip(batch, results)
             ]
             out += [r > 0 for r in results]
         return out

@@ -38,6 +38,7 @@ from .keys import (
     migration_state_key,
     read_hash,
 )
+from .layout import Blocks
 from .record import MetaSpec
 from .shape import Scalable, Shape, make_shape
 
@@ -50,14 +51,73 @@ def default_params() -> BloomParams:
     )
 
 
+class BloomBlocks(Blocks):
+    """Blocks of Lua Bloom filters in the filter's shape (fixed or scalable): the shape
+    says what a call takes and answers, the blocks where (see :class:`~.layout.Blocks`)."""
+
+    def __init__(
+        self, stamp_keys: list[str], filters: list[list[str]], shape: Shape, name: str
+    ) -> None:
+        super().__init__(stamp_keys, filters)
+        self.shape = shape
+        self.name = name
+
+    @property
+    def add_script(self) -> scripts.LuaScript:
+        return self.shape.add_script
+
+    @property
+    def contains_script(self) -> scripts.LuaScript:
+        return self.shape.contains_script
+
+    @property
+    def retries(self) -> int:
+        return self.shape.retries
+
+    def block(self, fingerprint: str) -> int:
+        try:
+            return self.shape.params.block_of(fingerprint)
+        except (ValueError, TypeError):
+            check_fingerprint(fingerprint)
+            raise
+
+    def keys(self, group: int, context: Any) -> list[str]:
+        return self.shape.group(self.stamp_keys[group], self.filters(context)[group])
+
+    def header(self, context: Any, stamp: str) -> list[Any]:
+        filters = len(self.filters(context)[0])
+        return self.shape.add_header(stamp, self.ttl_ms(context), filters)
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        filters = self.filters(context)[self.block(fingerprint)]
+        return self.shape.contains_call(filters, fingerprint)
+
+    def again(self, answer: Any) -> bool:
+        return self.shape.again(answer)
+
+    def learn(self, answers: Sequence[Any]) -> None:
+        self.shape.learn(answers)
+
+    def grown(self, answer: int) -> None:
+        self.shape.grown(answer, self.name)
+
+    def again_error(self, name: str, key: str) -> Exception:
+        return FilterMismatchError(
+            f"The scalable {name} filter at {key!r} asked for more layers than these "
+            f"settings allow ({self.retries}); use the settings it was created with."
+        )
+
+
 class BlockedBloom(DedupBackend):
     """What the bloom and windowed-bloom backends share: Bloom filters split into
     blocks (a fingerprint's bits all in the block ``fp[24:32] % B`` chooses), each
     block with its stamp, in the filter's :class:`~.shape.Shape` (fixed or scalable).
 
-    A subclass says where a block's filters live (:meth:`filters`): the block
-    itself, or its live time buckets, the one receiving new fingerprints first.
+    Its layout (:class:`BloomBlocks`) says where a block's filters live: the block
+    itself, or (windowed) its live time buckets, the one receiving new fingerprints first.
     """
+
+    layout: BloomBlocks
 
     capabilities = Capabilities(probabilistic=True, hex_fingerprints=True)
     spread_setting = "DEDUP_BLOOM_BLOCKS"
@@ -68,9 +128,15 @@ class BlockedBloom(DedupBackend):
         self.prefixes = [block_prefix(key, b) for b in range(params.blocks)]
         self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
         self._block_re = block_re(key)
-        self.shape: Shape = make_shape(params, scaling, key)
+        filters = [[block] for block in self.prefixes]
+        shape = make_shape(params, scaling, key)
+        self.layout = BloomBlocks(self.stamp_keys, filters, shape, self.name)
 
     # -- the shape ---------------------------------------------------------------------
+
+    @property
+    def shape(self) -> Shape:
+        return self.layout.shape
 
     @property
     def params(self) -> BloomParams:
@@ -94,14 +160,6 @@ class BlockedBloom(DedupBackend):
         """The designed false-positive rate (for a scalable filter: the compound bound)."""
         return self.shape.error_rate
 
-    @property
-    def add_script(self) -> scripts.LuaScript:
-        return self.shape.add_script
-
-    @property
-    def contains_script(self) -> scripts.LuaScript:
-        return self.shape.contains_script
-
     def layer_keys(self, base: str) -> list[str]:
         """Keys of every layer a filter at ``base`` may have (the first is ``base``)."""
         return self.shape.layer_keys(base) if isinstance(self.shape, Scalable) else [base]
@@ -110,7 +168,7 @@ class BlockedBloom(DedupBackend):
         """A scalable filter with another first layer (the one it was created with, or
         the one a migration sizes for its source set)."""
         assert isinstance(self.shape, Scalable)
-        self.shape = Scalable(first, self.shape.scaling, self.key)
+        self.layout.shape = Scalable(first, self.shape.scaling, self.key)
         self._stamp = None
 
     def shape_meta(self) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -171,22 +229,9 @@ class BlockedBloom(DedupBackend):
 
     # -- where the filters live ------------------------------------------------------------
 
-    def filters(self, context: Any) -> list[list[str]]:
-        """Per block, the keys of the filters a call checks, the one that receives new
-        fingerprints first (``context``: :meth:`add_context`)."""
-        raise NotImplementedError
-
-    def ttl_ms(self, context: Any) -> int:
-        """The expiry (ms) the keys an add creates must carry; 0 for none."""
-        return 0
-
     def block(self, fingerprint: str) -> int:
         """The block that holds ``fingerprint``'s bits."""
-        try:
-            return self.shape.params.block_of(fingerprint)
-        except (ValueError, TypeError):
-            check_fingerprint(fingerprint)
-            raise
+        return self.layout.block(fingerprint)
 
     def block_stamp(self, block: int) -> str:
         """The stamp of block ``block`` (lua/stamp.lua): in the block's hash tag."""
@@ -203,44 +248,6 @@ class BlockedBloom(DedupBackend):
         for prefix in self.prefixes:
             keys[migrating_key(prefix)] = "string"
         return keys
-
-    # -- the calls (see DedupBackend.add_script) ---------------------------------------------
-
-    def add_group(self, fingerprint: str) -> int:
-        return self.block(fingerprint)
-
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        return self.block(fingerprint), [fingerprint]  # (one call fewer a request)
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        return self.shape.group(self.stamp_keys[group], self.filters(context)[group])
-
-    def add_header(self, context: Any) -> list[Any]:
-        filters = len(self.filters(context)[0])
-        return self.shape.add_header(self.stamp, self.ttl_ms(context), filters)
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        block = self.block(fingerprint)
-        return self.shape.contains_call(self.filters(self.add_context())[block], fingerprint)
-
-    @property
-    def again_limit(self) -> int:
-        return self.shape.retries
-
-    def again(self, answer: Any) -> bool:
-        return self.shape.again(answer)
-
-    def learn(self, answers: Sequence[Any]) -> None:
-        self.shape.learn(answers)
-
-    def again_error(self) -> Exception:
-        return FilterMismatchError(
-            f"The scalable {self.name} filter at {self.key!r} asked for more layers than "
-            f"these settings allow ({len(self.layers)}); use the settings it was created with."
-        )
-
-    def on_grown(self, answer: int) -> None:
-        self.shape.grown(answer, self.name)
 
     def filter_report(self, bases: Sequence[str]) -> dict[str, Any]:
         """Fill and estimates of the filter made of the blocks at ``bases``."""
@@ -269,7 +276,6 @@ class BloomBackend(BlockedBloom):
         (``scaling.first_layer(capacity, error_rate)``)."""
         super().__init__(server, key, params or default_params(), scaling)
         self.block_keys = self.prefixes
-        self._filters = [[block] for block in self.block_keys]
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> BloomBackend:
@@ -282,9 +288,6 @@ class BloomBackend(BlockedBloom):
 
     def with_key(self, key: str) -> BloomBackend:
         return BloomBackend(self.server, key, self.params, self.scaling)
-
-    def filters(self, context: Any) -> list[list[str]]:
-        return self._filters
 
     def _before_writing(self, found: dict[str, str]) -> None:
         missing = sum(found.get(block, "none") == "none" for block in self.block_keys)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from .. import scripts
 from ..reports import FilterFill, TimeWindow
 from ..settings_table import default
-from ..windows import Bucket, Live, LiveBuckets, WindowSpec
+from ..windows import Bucket, LiveBuckets, WindowSpec
 from .keys import block_re, time_bucket_key
 
 
@@ -29,8 +29,9 @@ def default_window() -> WindowSpec:
 
 class Windowed:
     """A mixin before the backend class: the backend has ``server``, ``key``,
-    ``prefixes`` (one per block), ``info()`` and ``filter_report(keys)``; this adds
-    the live buckets, their keys in Redis, their expiry and their reports."""
+    ``prefixes`` (one per block), ``info()`` and ``filter_report(keys)``; this adds the
+    live buckets (its :class:`~.layout.Blocks` layout's filters: ``layout.live``),
+    their keys in Redis, their expiry and their reports."""
 
     #: What may follow a bucket's label in one of its keys (a Lua scalable filter's
     #: layers and layer record), as a regular expression.
@@ -57,15 +58,6 @@ class Windowed:
     def live_keys(self, now: float | None = None) -> list[list[str]]:
         """For each block, the keys of the live buckets, the current one first."""
         return self.buckets.at(self.now() if now is None else now).keys
-
-    def add_context(self) -> tuple[float, Live]:
-        return self.buckets.context(self.server)
-
-    def filters(self, context: tuple[float, Live]) -> list[list[str]]:
-        return context[1].keys
-
-    def ttl_ms(self, context: tuple[float, Live]) -> int:
-        return self.buckets.ttl_ms(context)
 
     # -- the buckets in Redis ------------------------------------------------------------
 

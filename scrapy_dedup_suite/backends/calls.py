@@ -2,9 +2,9 @@
 round trip; a NOSCRIPT answer is :mod:`..scripts`'s to handle); a batch planned into one
 call per cluster slot, whose failed calls are kept beside the answers of those that ran;
 a call made again while a scalable filter asks for more of its layer schedule.
-Functions of a backend, which says what its script takes (``place``: ``add_group`` and
-``fp_args``; ``group_keys``, ``add_header``) and answers (``again``, ``learn``,
-``on_grown``)."""
+Functions of a backend, whose :class:`~.layout.Layout` says what its scripts take
+(``context``, ``header``, ``place``, ``keys``, ``contains_call``) and answer
+(``again``, ``learn``, ``grown``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from .keys import slot_of
 
 if TYPE_CHECKING:
     from .base import DedupBackend
+    from .layout import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,14 @@ def one_call(
 
 
 def run(backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-    """One EVALSHA (the hot path: one round trip); on NOSCRIPT, reopen and run again."""
+    """One EVALSHA (one round trip; NOSCRIPT is :mod:`..scripts`'s to answer), with WAIT
+    in the same round trip where the backend waits for replicas."""
     if backend.wait_replicas:
-        return _run_and_wait(backend, script, keys, args)
+        return run_and_wait(backend, script, keys, args)
     return script(backend.server, keys, args, backend.reopen)
 
 
-def _run_and_wait(
+def run_and_wait(
     backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any
 ) -> Any:
     """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
@@ -80,22 +82,25 @@ def _run_and_wait(
     return answer
 
 
-def call(
-    backend: DedupBackend,
-    script: scripts.LuaScript,
-    make: Callable[[], tuple[list[str], list[Any]]],
-) -> Any:
-    """Run ``script`` with the keys and arguments ``make()`` builds, again while
-    the answer asks for it (:meth:`again`)."""
-    answer = run(backend, script, *make())
-    for _ in range(backend.again_limit):
-        if not backend.again(answer):
+def layout_of(backend: DedupBackend) -> Layout:
+    """The backend's layout; a backend without one has no scripts to call."""
+    if backend.layout is None:
+        raise NotImplementedError(f"{type(backend).__name__} has no layout")
+    return backend.layout
+
+
+def contains(backend: DedupBackend, fingerprint: str) -> Any:
+    """The contains script's answer for one fingerprint, asked again while the answer
+    asks for it (:meth:`~.layout.Layout.again`)."""
+    layout = layout_of(backend)
+    assert layout.contains_script is not None
+    for _ in range(layout.retries + 1):
+        keys, args = layout.contains_call(fingerprint, layout.context(backend.server))
+        answer = run(backend, layout.contains_script, keys, args)
+        if not layout.again(answer):
             return answer
-        backend.learn([answer])
-        answer = run(backend, script, *make())
-    if backend.again(answer):
-        raise backend.again_error()
-    return answer
+        layout.learn([answer])
+    raise layout.again_error(backend.name, backend.key)
 
 
 def add_answers(
@@ -109,9 +114,7 @@ def add_answers(
     failed calls, each with its fingerprints' indices and its error. A call the
     server refused wrote nothing (every add script checks all it reads and writes
     first); one whose connection broke may have run."""
-    script = backend.add_script
-    if script is None:
-        raise NotImplementedError(f"{type(backend).__name__} has no add script")
+    layout = layout_of(backend)
     count = len(fingerprints)
     answers: list[int | None] = [None] * count
     failed: list[FailedCall] = []
@@ -122,10 +125,10 @@ def add_answers(
     elif len(expires) != count:
         raise ValueError(f"{len(expires)} expiries for {count} fingerprints")
     todo: Sequence[int] = range(count)
-    for _ in range(backend.again_limit + 1):
+    for _ in range(layout.retries + 1):
         calls = plan(backend, fingerprints, expires, todo)
         try:
-            results = run_planned(backend, script, calls)
+            results = run_planned(backend, layout.add_script, calls)
         except Exception as exc:  # kept for the caller, as run_many's are
             results = [exc] * len(calls)
         again = []
@@ -135,15 +138,15 @@ def add_answers(
                 continue
             for i, answer in zip(indices, result):
                 answers[i] = answer
-                if backend.again(answer):
+                if layout.again(answer):
                     again.append(i)
         if not again:
             return answers, failed
-        backend.learn([answers[i] for i in again])
+        layout.learn([answers[i] for i in again])
         for i in again:
             answers[i] = None  # asked again: nothing was written for it
         todo = sorted(again)
-    failed.append(FailedCall(list(todo), backend.again_error()))
+    failed.append(FailedCall(list(todo), layout.again_error(backend.name, backend.key)))
     return answers, failed
 
 
@@ -155,18 +158,15 @@ def plan(
 ) -> list[tuple[list[str], list[Any], list[int]]]:
     """The add calls for the fingerprints at ``todo``: one on a single server, one
     per cluster slot; each with the indices of the fingerprints it answers."""
-    context = backend.add_context()
-    header = backend.add_header(context)
-    if len(todo) == 1:  # the per-request path
-        i = todo[0]
-        group, fp_args = backend.place(fingerprints[i], expires[i])
-        return [(backend.group_keys(group, context), [*header, 1, *fp_args], [i])]
-    placed = {i: backend.place(fingerprints[i], expires[i]) for i in todo}
+    layout = layout_of(backend)
+    context = layout.context(backend.server)
+    header = layout.header(context, backend._stamp or backend.stamp)
+    placed = {i: layout.place(fingerprints[i], expires[i]) for i in todo}
     group_of = {i: group for i, (group, _) in placed.items()}
     groups: dict[int, list[str]] = {}
     for group in group_of.values():
         if group not in groups:
-            groups[group] = backend.group_keys(group, context)
+            groups[group] = layout.keys(group, context)
     parts: list[list[int]]
     if is_cluster(backend.server):
         by_slot: dict[int, list[int]] = {}

@@ -28,7 +28,6 @@ buckets to list at every open: open checks the record and the stamps, and
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -53,23 +52,18 @@ from .clearing import delete_if_type
 from .forget import remove
 from .keys import (
     BATCH,
-    META,
     as_str,
-    bucket_prefix,
     chunks,
     keys_held,
     meta_key,
     read_hash,
     scan_keys,
-    shard_key,
-    slot_sibling,
 )
+from .layout import BUCKET_BYTES, FIELD_BYTES, Buckets
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
 
-#: Bytes of the digest that choose the bucket, and bytes kept as the field.
-BUCKET_BYTES, FIELD_BYTES = 4, 8
 #: The most buckets (what BUCKET_BYTES can choose from).
 MAX_BUCKETS = 2 ** (8 * BUCKET_BYTES)
 #: What is assumed when the server will not say (CONFIG refused): managed servers keep
@@ -106,6 +100,14 @@ def bucket_count(capacity: int, entries: int, shards: int) -> int:
     return int(max(shards, min(MAX_BUCKETS, math.ceil(capacity / per_bucket))))
 
 
+class EmptyFields(Buckets):
+    """compact's layout: the fields' values are empty (the check-and-add of a request and
+    of a batch: one call that writes the stamp beside what it records)."""
+
+    add_script = scripts.COMPACT_ADD
+    contains_script = scripts.COMPACT_CONTAINS
+
+
 class CompactBackend(DedupBackend):
     name = "compact"
     default_key = "%(spider)s:dedup-compact"
@@ -126,12 +128,11 @@ class CompactBackend(DedupBackend):
         super().__init__(server, key)
         self.capacity = check("DEDUP_COMPACT_CAPACITY", capacity)
         self.shards = check("DEDUP_HASH_SHARDS", shards)
-        self._buckets = buckets
         self.meta_key = meta_key(key)
-        groups = [shard_key(key, g) for g in range(self.shards)]
-        # Each group's stamp, and the prefix of its buckets' keys, in the group's slot.
-        self.stamp_keys = [slot_sibling(group, META) for group in groups]
-        self._prefixes = [bucket_prefix(group) for group in groups]
+        self.layout: Buckets = self.make_layout()
+        self.layout.buckets = buckets or 0
+        self.stamp_keys = self.layout.stamp_keys
+        self._prefixes = self.layout.prefixes
         #: The server's listpack limits (entries, value), read once an open (None: CONFIG
         #: refused), and whether they have been read.
         self.limits: tuple[int, int] | None = None
@@ -145,11 +146,9 @@ class CompactBackend(DedupBackend):
     def with_key(self, key: str) -> DedupBackend:
         return CompactBackend(self.server, key, capacity=self.capacity, shards=self.shards)
 
-    @property
-    def add_script(self) -> scripts.LuaScript:
-        """The check-and-add of a request and of a batch: one call that writes the stamp
-        beside what it records (data never exists without one)."""
-        return scripts.COMPACT_ADD
+    def make_layout(self) -> Buckets:
+        """Where the fingerprints live (the bucket count found at the first use)."""
+        return EmptyFields(self.key, self.shards)
 
     # -- the layout --------------------------------------------------------------------
 
@@ -168,17 +167,16 @@ class CompactBackend(DedupBackend):
     @property
     def buckets(self) -> int:
         """How many buckets (see :meth:`resolve_buckets`, at the first use)."""
-        return self._buckets or self.resolve_buckets()
+        return self.layout.buckets or self.resolve_buckets()
 
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The bucket that holds ``fingerprint`` and its field there."""
-        digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
-        buckets = self._buckets or self.resolve_buckets()  # (self.buckets, a call fewer)
-        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % buckets
-        return bucket, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
+        if not self.layout.buckets:
+            self.resolve_buckets()
+        return self.layout.locate(fingerprint)
 
     def bucket_key(self, bucket: int) -> str:
-        return f"{self._prefixes[bucket % self.shards]}{bucket}"
+        return self.layout.bucket_key(bucket)
 
     def bucket_keys(self) -> Iterator[list[str]]:
         """The keys of the buckets that may exist, in lists of up to BATCH, each within
@@ -239,8 +237,8 @@ class CompactBackend(DedupBackend):
             entries = self.listpack_entries
             entries = entries if entries is not None else UNKNOWN_LISTPACK_ENTRIES
             buckets = bucket_count(self.capacity, entries, self.shards)
-        if buckets != self._buckets:
-            self._buckets = buckets
+        if buckets != self.layout.buckets:
+            self.layout.buckets = buckets
             self._stamp = None  # the stamp names the bucket count
         return buckets
 
@@ -307,32 +305,6 @@ class CompactBackend(DedupBackend):
                 "create a new filter on this server (another SCHEDULER_DUPEFILTER_KEY)"
             )
         return None
-
-    # -- the operations --------------------------------------------------------------------
-
-    def add_group(self, fingerprint: str) -> int:
-        return self.locate(fingerprint)[0]
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        return [self.stamp_keys[group % self.shards], self.bucket_key(group)]
-
-    def add_header(self, context: Any) -> list[Any]:
-        return [self._stamp or self.stamp]
-
-    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return self.place(fingerprint, expire)[1]
-
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        bucket, field = self.locate(fingerprint)
-        return bucket, [field]
-
-    @property
-    def contains_script(self) -> scripts.LuaScript:
-        return scripts.COMPACT_CONTAINS
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        bucket, field = self.locate(fingerprint)
-        return [self.bucket_key(bucket)], [field]
 
     def forget_many(self, fingerprints: Iterable[str]) -> int:
         located = (self.locate(fp) for fp in fingerprints)

@@ -12,6 +12,7 @@ was created with: its parameter record says it.
 from __future__ import annotations
 
 import logging
+from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +27,7 @@ from ..settings_table import check
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling
+from .layout import Layout, unready
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -109,6 +111,43 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
     return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
 
 
+class Expiring(Layout, ABC):
+    """What a layout of ``hash`` adds to where its fingerprints live: who expires them
+    chooses the scripts (found by the backend at the first use, ``resolve``), each
+    fingerprint's arguments end with its TTL, and the header says the unit of the
+    stored expiries (``unit_ms``)."""
+
+    #: Milliseconds in a unit of the stored expiries (the janitor's way).
+    unit_ms: ClassVar[int]
+
+    def init_expiry(self, ttl_ms: int) -> None:
+        """``ttl_ms``: how long a fingerprint stays seen unless its request says."""
+        #: The janitor's or the server's: the stored filter's, or the one chosen for a
+        #: new one, found by the backend when it opens.
+        self.way: Expiry | None = None
+        self.default_ttl_ms = ttl_ms
+
+    @property
+    def add_script(self) -> scripts.LuaScript:
+        return (self.way or unready(self)).add_script
+
+    @property
+    def contains_script(self) -> scripts.LuaScript:
+        return (self.way or unready(self)).contains_script
+
+    def header(self, context: Any, stamp: str) -> list[Any]:
+        """The stamp and the unit of the stored expiries (hash_add.lua's arguments,
+        which hash_field_add.lua takes too)."""
+        return [stamp, self.unit_ms]
+
+    def ttl_ms(self, expire: float | None) -> int:
+        """How long a fingerprint stays seen: DEDUP_EXPIRE, or a request's own."""
+        if expire is None:
+            return self.default_ttl_ms
+        seconds = float(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']"))
+        return max(1, round(seconds * 1000))
+
+
 #: What both layouts can do (each declares it: purge_units() is each layout's, and is
 #: empty where the server expires the fields itself).
 HASH_CAPABILITIES = Capabilities(expiring_fingerprints=True, purge_expired=True, forget=True)
@@ -122,7 +161,7 @@ def build_hash(server: Any, key: str, options: HashOptions) -> ExpiringHash:
     are checked."""
     layout = stored_layout(server, key, options.shards) if server is not None else None
     chosen = SHARDS_LAYOUT if layout == SHARDS_LAYOUT else BUCKETS_LAYOUT
-    return ExpiringHash.layouts[chosen].from_options(server, key, options)
+    return ExpiringHash.by_layout[chosen].from_options(server, key, options)
 
 
 class ExpiringHash(DedupBackend):
@@ -133,19 +172,18 @@ class ExpiringHash(DedupBackend):
 
     name = HASH
     default_key = "%(spider)s:dedup-hash"
-    #: Milliseconds in a unit of the stored expiries (the janitor's way).
-    expiry_unit_ms: ClassVar[int] = 1
     meta_key: str
     #: What the parameter record says of a layout (set by each layout's class), and the
     #: class of each: :func:`build_hash` chooses among them.
-    layout: ClassVar[str]
-    layouts: ClassVar[dict[str, type[ExpiringHash]]] = {}
+    layout_name: ClassVar[str]
+    by_layout: ClassVar[dict[str, type[ExpiringHash]]] = {}
     shards: int
+    layout: Expiring
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "layout" in cls.__dict__:
-            ExpiringHash.layouts[cls.layout] = cls
+        if "layout_name" in cls.__dict__:
+            ExpiringHash.by_layout[cls.layout_name] = cls
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
@@ -167,41 +205,25 @@ class ExpiringHash(DedupBackend):
         return build_hash(self.server, key, self.options())
 
     def _init_expiry(self, expire: float, field_expiry: bool | None) -> None:
-        """``field_expiry``: True for the server's hash-field expiry, False for the
-        janitor's, None for the server's where it suits the layout (a new filter) or
-        the way the filter was created (an existing one)."""
+        """After the layout is made. ``field_expiry``: True for the server's hash-field
+        expiry, False for the janitor's, None for the server's where it suits the layout
+        (a new filter) or the way the filter was created (an existing one)."""
         self.field_expiry = field_expiry
-        self._expiry: Expiry | None = None
         #: What :meth:`server_expiry_unsuited` said, once asked (a backend whose filter
         #: stays empty would otherwise probe again at each open or verify).
         self._unsuited: tuple[str | None] | None = None
         self.expire = check("DEDUP_EXPIRE", expire)
-        self._ttl_ms = max(1, round(self.expire * 1000))
+        self.layout.init_expiry(max(1, round(self.expire * 1000)))
+
+    @property
+    def expiry_unit_ms(self) -> int:
+        """Milliseconds in a unit of the stored expiries (the janitor's way)."""
+        return self.layout.unit_ms
 
     @property
     def expiry(self) -> Expiry:
         """The janitor's or the server's (:meth:`resolve_expiry`, at the first use)."""
-        return self._expiry or self.resolve_expiry()
-
-    @property
-    def add_script(self) -> scripts.LuaScript:
-        return (self._expiry or self.resolve_expiry()).add_script
-
-    @property
-    def contains_script(self) -> scripts.LuaScript:
-        return self.expiry.contains_script
-
-    def ttl_ms(self, expire: float | None) -> int:
-        """How long a fingerprint stays seen: DEDUP_EXPIRE, or a request's own."""
-        if expire is None:
-            return self._ttl_ms
-        seconds = float(check("DEDUP_EXPIRE", expire, "request.meta['dedup_expire']"))
-        return max(1, round(seconds * 1000))
-
-    def add_header(self, context: Any) -> list[Any]:
-        """The stamp and the unit of the stored expiries (hash_add.lua's arguments,
-        which hash_field_add.lua takes too)."""
-        return [self._stamp or self.stamp, self.expiry_unit_ms]
+        return self.layout.way or self.resolve_expiry()
 
     def _open(self) -> None:
         self.resolve_expiry()
@@ -284,13 +306,13 @@ class ExpiringHash(DedupBackend):
                 )
                 + "."
             )
-        if chosen is not self._expiry:
+        if chosen is not self.layout.way:
             self._stamp = None
-        self._expiry = chosen
+        self.layout.way = chosen
         return chosen
 
     def janitor_note(self) -> str | None:
-        if self._expiry is BY_SERVER:
+        if self.layout.way is BY_SERVER:
             return (
                 "its fields expire on the Redis server itself (hash-field expiry): nothing to purge"
             )

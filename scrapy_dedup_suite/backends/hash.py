@@ -34,6 +34,7 @@ from .expiry import (  # noqa: F401 - stored_layout re-exported
     BY_JANITOR,
     HASH_CAPABILITIES,
     SHARDS_LAYOUT,
+    Expiring,
     ExpiringHash,
     expiry_sample,
     stored_layout,
@@ -46,11 +47,36 @@ from .record import MetaSpec
 logger = logging.getLogger(__name__)
 
 
+class Shards(Expiring):
+    """Layout 1: each fingerprint whole, a field of one of ``shards`` hashes chosen by
+    its CRC32 (its value: its expiry in Unix ms); each shard with its stamp in its
+    slot. A call's group is a shard."""
+
+    unit_ms = 1
+
+    def __init__(self, key: str, shards: int) -> None:
+        self.shard_keys = [shard_key(key, i) for i in range(shards)]
+        # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
+        self.stamp_keys = [slot_sibling(shard, META) for shard in self.shard_keys]
+        self.shards = shards
+
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        return spread(fingerprint, self.shards), [fingerprint, self.ttl_ms(expire)]
+
+    def keys(self, group: int, context: Any) -> list[str]:
+        return [self.stamp_keys[group], self.shard_keys[group]]
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        shard = self.shard_keys[spread(fingerprint, self.shards)]
+        return [shard], [fingerprint, self.unit_ms]
+
+
 class HashBackend(ExpiringHash):
     """The shards layout (layout 1); ``from_settings`` (ExpiringHash's) builds the
     layout the key holds."""
 
-    layout = SHARDS_LAYOUT
+    layout_name = SHARDS_LAYOUT
+    layout: Shards
     capabilities = HASH_CAPABILITIES
     spread_setting = "DEDUP_HASH_SHARDS"
 
@@ -65,12 +91,12 @@ class HashBackend(ExpiringHash):
     ) -> None:
         """``field_expiry``: see :meth:`ExpiringHash._init_expiry`."""
         super().__init__(server, key)
-        self._init_expiry(expire, field_expiry)
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
-        self.shard_keys = [shard_key(key, i) for i in range(self.shards)]
-        # Each shard's stamp (lua/stamp.lua), in the shard's cluster slot.
-        self.stamp_keys = [slot_sibling(shard, META) for shard in self.shard_keys]
+        self.layout = Shards(key, self.shards)
+        self._init_expiry(expire, field_expiry)
+        self.shard_keys = self.layout.shard_keys
+        self.stamp_keys = self.layout.stamp_keys
         self._stamp_of = dict(zip(self.shard_keys, self.stamp_keys))
         self._stamp_of.update((k, k) for k in self.stamp_keys)
 
@@ -122,18 +148,6 @@ class HashBackend(ExpiringHash):
             },
             ("layout", "shards", *way),
         )
-
-    def add_group(self, fingerprint: str) -> int:
-        return self.shard(fingerprint)
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        return [self.stamp_keys[group], self.shard_keys[group]]
-
-    def fp_args(self, fingerprint: str, expire: float | None) -> list[Any]:
-        return [fingerprint, self.ttl_ms(expire)]
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        return [self.shard_of(fingerprint)], [fingerprint, self.expiry_unit_ms]
 
     def forget_many(self, fingerprints: Iterable[str]) -> int:
         return remove(self.server, "HDEL", ((self.shard_of(fp), fp) for fp in fingerprints))

@@ -39,10 +39,12 @@ from .expiry import (
     FIELD_TTL_HASHTABLE_BYTES,
     HASH_CAPABILITIES,
     JANITOR_BUCKET_BYTES,
+    Expiring,
     ExpiringHash,
     expiry_sample,
 )
 from .keys import BATCH, TTL_PROBE, as_str, keys_held, prefix_pattern, shard_key, slot_sibling
+from .layout import Buckets
 from .purge import OnScan, PurgeStep, purge_buckets
 from .record import MetaSpec
 
@@ -55,10 +57,25 @@ BUCKET_BYTES_BY_EXPIRY = {"janitor": 18.0, "server": 25.0}
 EXPIRY_SAMPLE = 32
 
 
+class ExpiringBuckets(Expiring, Buckets):
+    """compact's buckets, each field's value its expiry (Unix seconds, rounded up) or
+    nothing (the server's field TTL)."""
+
+    unit_ms = 1000
+
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return bucket, [field, self.ttl_ms(expire)]
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        bucket, field = self.locate(fingerprint)
+        return [self.bucket_key(bucket)], [field, self.unit_ms]
+
+
 class HashBucketsBackend(ExpiringHash, CompactBackend):
-    layout = BUCKETS_LAYOUT
+    layout_name = BUCKETS_LAYOUT
+    layout: ExpiringBuckets
     capabilities = HASH_CAPABILITIES
-    expiry_unit_ms = 1000
 
     def __init__(
         self,
@@ -91,6 +108,9 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
 
     def options(self) -> HashOptions:
         return HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
+
+    def make_layout(self) -> ExpiringBuckets:
+        return ExpiringBuckets(self.key, self.shards)
 
     def meta_spec(self) -> MetaSpec:
         spec = super().meta_spec()
@@ -135,16 +155,6 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
                 "it), or keep this one and budget the memory"
             )
         return super().outgrown_warning(sample)
-
-    # -- one fingerprint -------------------------------------------------------------------
-
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        bucket, field = self.locate(fingerprint)
-        return bucket, [field, self.ttl_ms(expire)]
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        bucket, field = self.locate(fingerprint)
-        return [self.bucket_key(bucket)], [field, self.expiry_unit_ms]
 
     # -- the janitor's purge -------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from .keys import (
     read_hash,
     spread,
 )
+from .layout import Blocks
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,33 @@ def default_native_params() -> NativeParams:
     )
 
 
+class NativeBlocks(Blocks):
+    """Blocks of the server's own Bloom filters (BF.*): a block by the fingerprint's
+    CRC32, the filters' parameters in every call's header (BF.INSERT creates them)."""
+
+    add_script = scripts.NATIVE_ADD
+    contains_script = scripts.NATIVE_CONTAINS
+
+    def __init__(self, stamp_keys: list[str], filters: list[list[str]], params: NativeParams):
+        super().__init__(stamp_keys, filters)
+        self.params = params
+
+    def block(self, fingerprint: str) -> int:
+        return spread(fingerprint, self.params.blocks)
+
+    def keys(self, group: int, context: Any) -> list[str]:
+        return [self.stamp_keys[group], *self.filters(context)[group]]
+
+    def header(self, context: Any, stamp: str) -> list[Any]:
+        p = self.params
+        filters = len(self.filters(context)[0])
+        ttl_ms = self.ttl_ms(context)
+        return [stamp, p.block_capacity, repr(p.error_rate), p.expansion, filters, ttl_ms]
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        return self.filters(context)[self.block(fingerprint)], [fingerprint]
+
+
 class NativeBloomBackend(DedupBackend):
     """Fingerprints in the server's own Bloom filters, one per block."""
 
@@ -80,8 +108,7 @@ class NativeBloomBackend(DedupBackend):
     default_key = "%(spider)s:native-bloom"
     capabilities = Capabilities(probabilistic=True, report_fill=True, stable_answers=True)
     spread_setting = "DEDUP_BLOOM_BLOCKS"
-    add_script = scripts.NATIVE_ADD
-    contains_script = scripts.NATIVE_CONTAINS
+    layout: NativeBlocks
 
     def __init__(self, server: Any, key: str, params: NativeParams | None = None) -> None:
         super().__init__(server, key)
@@ -90,7 +117,7 @@ class NativeBloomBackend(DedupBackend):
         self.prefixes = [block_prefix(key, b) for b in range(self.params.blocks)]
         self.stamp_keys = [meta_key(prefix) for prefix in self.prefixes]
         self._block_re = block_re(key)
-        self._filters = [[prefix] for prefix in self.prefixes]
+        self.layout = NativeBlocks(self.stamp_keys, [[p] for p in self.prefixes], self.params)
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> NativeBloomBackend:
@@ -142,7 +169,7 @@ class NativeBloomBackend(DedupBackend):
             if stored:
                 self.compare_meta(self.meta_spec(), stored)
         self.check_filters([k for k, kind in found.items() if kind != "none" and self.is_filter(k)])
-        current = [keys[0] for keys in self.filters(self.add_context())]
+        current = [keys[0] for keys in self.layout.filters(self.layout.context(self.server))]
         missing = sum(found.get(key, "none") == "none" for key in current)
         if missing:
             admission.check_room(self, missing * self.params.block_bytes, "DEDUP_BLOOM_CAPACITY")
@@ -183,43 +210,14 @@ class NativeBloomBackend(DedupBackend):
 
     # -- where the filters live ---------------------------------------------------------
 
-    def filters(self, context: Any) -> list[list[str]]:
-        """Per block, the filters a call checks, the one receiving new fingerprints first."""
-        return self._filters
-
-    def ttl_ms(self, context: Any) -> int:
-        return 0
-
     def block(self, fingerprint: str) -> int:
-        return spread(fingerprint, self.params.blocks)
+        return self.layout.block(fingerprint)
 
     def stamp_of(self, data_key: str) -> str | None:
         match = self._block_re.match(data_key)
         if match is None or int(match.group(1)) >= len(self.stamp_keys):
             return None
         return self.stamp_keys[int(match.group(1))]
-
-    # -- the calls (see DedupBackend.add_script) ---------------------------------------
-
-    def add_group(self, fingerprint: str) -> int:
-        return self.block(fingerprint)
-
-    def group_keys(self, group: int, context: Any) -> list[str]:
-        return [self.stamp_keys[group], *self.filters(context)[group]]
-
-    def add_header(self, context: Any) -> list[Any]:
-        p = self.params
-        return [
-            self.stamp,
-            p.block_capacity,
-            repr(p.error_rate),
-            p.expansion,
-            len(self.filters(context)[0]),
-            self.ttl_ms(context),
-        ]
-
-    def contains_call(self, fingerprint: str) -> tuple[list[str], list[Any]]:
-        return self.filters(self.add_context())[self.block(fingerprint)], [fingerprint]
 
     # -- what is stored -----------------------------------------------------------------
 
@@ -337,6 +335,7 @@ class WindowedNativeBloomBackend(Windowed, NativeBloomBackend):
     ) -> None:
         super().__init__(server, key, params)
         self.init_window(window, clock)
+        self.layout.live = self.buckets  # the filters a call checks: the live buckets
 
     @classmethod
     def from_settings(

@@ -62,6 +62,7 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
         """``params``: each bucket's filter, or with ``scaling`` its first layer."""
         super().__init__(server, key, params or default_params(), scaling)
         self.init_window(window, clock)
+        self.layout.live = self.buckets  # the filters a call checks: the live buckets
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> WindowedBloomBackend:
@@ -110,8 +111,8 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
 
     def bulk_target(self, block: int) -> tuple[str, int]:
         """The current bucket of ``block``, with the expiry it must carry."""
-        context = self.add_context()
-        return self.filters(context)[block][0], self.ttl_ms(context)
+        context = self.layout.context(self.server)
+        return self.layout.filters(context)[block][0], self.layout.ttl_ms(context)
 
     def bulk_fill(self) -> tuple[str, float]:
         current = self.info()["buckets"][0]
