@@ -1,43 +1,31 @@
-"""The backend interface every storage implements."""
+"""The backend interface every storage implements: what a filter does per request (check
+and record, ask, record many), on :class:`~.stored.StoredFilter` (its keys and its life
+in Redis) and its :class:`~.layout.Layout` (where fingerprints live, what one call is)."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from redis.exceptions import AskError
 from scrapy.settings import BaseSettings
 
 from .. import scripts
-from ..connection import is_cluster, nodes_of, refresh_slots
-from ..exceptions import DedupConfigError
-from ..failures import cluster_node_error
+from ..connection import is_cluster, nodes_of
 from ..reports import Contents, Holding
-from . import admission, calls, clearing, record
+from . import calls
 from .calls import FailedCall, one_call
-from .capabilities import METHODS, Capabilities, CapabilityMethods
-from .keys import (
-    check_types,
-    chunks,
-    janitor_lock_key,
-    janitor_state_key,
-    memory_usage,
-    wrong_type_hint,
-)
-from .layout import Layout
-from .record import MetaSpec
+from .keys import chunks, memory_usage
+from .stored import LAYOUT_VERSION, StoredFilter
+
+__all__ = ["LAYOUT_VERSION", "DedupBackend"]
 
 logger = logging.getLogger(__name__)
 
-#: Bumped when the layout of the stored data changes incompatibly.
-LAYOUT_VERSION = "1"
 
-
-class DedupBackend(CapabilityMethods, ABC):
+class DedupBackend(StoredFilter):
     """Storage of request fingerprints in Redis.
 
     A backend is built from plain values (a Redis client, a base key, its own
@@ -48,34 +36,13 @@ class DedupBackend(CapabilityMethods, ABC):
     characters); the set and hash backends store any string.
     """
 
-    #: The name ``DEDUP_BACKEND`` selects this backend by.
-    name: ClassVar[str] = ""
     #: The base key when SCHEDULER_DUPEFILTER_KEY is not set (``%(spider)s``: the spider).
     default_key: ClassVar[str] = "%(spider)s:dedup"
-    #: What the backend is and can do (see capabilities.py), declared by each class.
-    capabilities: ClassVar[Capabilities] = Capabilities()
     #: How long a fingerprint stays seen, in seconds (``expiring_fingerprints``).
     expire: float = math.inf
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for capability in cls.capabilities.declared():
-            for method in METHODS.get(capability, ()):
-                if getattr(cls, method) is getattr(CapabilityMethods, method):
-                    raise TypeError(
-                        f"{cls.__name__} declares {capability} but does not define {method}()"
-                    )
-
     def __init__(self, server: Any, key: str) -> None:
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"the Redis key must be a non-empty string, got {key!r}")
-        self.server = server
-        self.key = key
-        #: Whether :meth:`open` has run since the backend was built or cleared (an
-        #: attribute, read on every request).
-        self.opened = False
-        self._held_data = False
-        self._stamp: str | None = None
+        super().__init__(server, key)
         #: Replicas each write waits for (WAIT) and the most it waits (ms): see
         #: :meth:`wait_for_replicas`.
         self.wait_replicas = 0
@@ -91,20 +58,6 @@ class DedupBackend(CapabilityMethods, ABC):
         self.wait_replicas = replicas
         self.wait_timeout_ms = max(1, round(timeout * 1000)) if replicas else 0
 
-    @property
-    def held_data(self) -> bool:
-        """Whether the last :meth:`open` found anything of this filter in Redis (the
-        types it checks anyway; what :meth:`verify` would say, without a second look)."""
-        return self._held_data
-
-    @property
-    def stamp(self) -> str:
-        """What the stamps beside this filter's data say: its compared parameters."""
-        if self._stamp is None:
-            spec = self.meta_spec()
-            self._stamp = spec.stamp if spec is not None else ""
-        return self._stamp
-
     def rebind(self, *, server: Any = None, key: str | None = None) -> DedupBackend:
         """The same filter on another client or at another key, not yet opened
         (what ``df.server = ...`` / ``df.key = ...`` do, as with scrapy-redis)."""
@@ -112,7 +65,7 @@ class DedupBackend(CapabilityMethods, ABC):
             clone = self.with_key(key)
         else:
             clone = copy.copy(self)
-            if self.layout is not None:  # (what it found at open is found again)
+            if self.layout is not None:  # (what it found is found again at open)
                 clone.layout = copy.copy(self.layout)
         if server is not None:
             clone.server = server
@@ -134,88 +87,7 @@ class DedupBackend(CapabilityMethods, ABC):
         """Build the backend from Scrapy settings (override to read ``DEDUP_*``)."""
         return cls(server, key)
 
-    # -- life cycle -----------------------------------------------------------------
-
-    def open(self) -> None:
-        """Check (and create) what the backend keeps in Redis. Idempotent.
-
-        Raises :class:`WrongKeyTypeError` for a key of another type and
-        :class:`FilterMismatchError` for a filter built with other parameters.
-        """
-        if not self.opened:
-            try:
-                self._open()
-            except AskError as exc:  # MOVED / ASK: a cluster node seen through a plain client
-                raise cluster_node_error(exc) from None
-            self.opened = True
-
-    def meta_spec(self) -> MetaSpec | None:
-        """The parameter record this backend keeps beside its data, if any."""
-        return None
-
-    def _open(self) -> None:
-        """Check key types, create the parameter record or check it, load the scripts."""
-        self.check_server()
-        found = self.check_types(self.expected_types())
-        self._held_data = any(kind != "none" for kind in found.values())
-        self._before_writing(found)
-        spec = self.meta_spec()
-        if spec is not None:
-            self._stamp = spec.stamp
-            record.check_stamps(self, found, spec)
-            record.init_meta(self, spec)
-        if is_cluster(self.server):
-            if self.wait_replicas:
-                raise DedupConfigError(
-                    "DEDUP_WAIT_REPLICAS applies to a primary with replicas (a single server "
-                    "or Sentinel), not to a Redis Cluster: remove it, or set "
-                    "DEDUP_WAIT_REPLICAS = 0"
-                )
-            admission.check_spread(self, [k for k in found if spec is None or k != spec.key])
-        # Registered once here, so the first request costs no NOSCRIPT round trip
-        # (they are reloaded on NOSCRIPT after a flush, restart or failover).
-        if self.layout is not None:
-            for script in {self.layout.add_script, self.layout.contains_script} - {None}:
-                script.load(self.server)  # type: ignore[union-attr]
-        self._prepare()
-
-    def reopen(self) -> None:
-        """Run :meth:`open` again: after NOSCRIPT, which means the server restarted,
-        failed over or was flushed. It checks the parameter record, recreates it if
-        the data is gone with it (so that the bits written next are not orphans),
-        and loads the scripts."""
-        logger.warning(
-            "Redis did not know the %s dupefilter's scripts (restart, failover or flush): "
-            "checking %r again",
-            self.name,
-            self.key,
-        )
-        # On a cluster, the master that refused may be one added since the slot map
-        # was read: read it again, so that the scripts are loaded there too.
-        refresh_slots(self.server)
-        self.opened = False
-        self.open()
-
-    #: The setting that says how many keys the data is split into (for advice).
-    spread_setting: ClassVar[str] = ""
-
-    def _before_writing(self, found: dict[str, str]) -> None:
-        """Checks after the key types (``found``: type of each key) and before anything
-        is written (e.g. that the server has room for what :meth:`_prepare` allocates)."""
-
-    def _prepare(self) -> None:
-        """Backend-specific work after a successful open (e.g. allocating bitmaps)."""
-
-    def verify(self) -> bool:
-        """Check key types and stored parameters like :meth:`open`, creating nothing.
-        Returns False when the backend has stored nothing yet."""
-        return record.verify(self)
-
     # -- the operations -------------------------------------------------------------
-
-    #: Where the fingerprints live and how a call of the add script is built for them
-    #: (see layout.py); None for a backend that overrides the operations below itself.
-    layout: Layout | None = None
 
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         """Record ``fingerprint``; return True if it was already recorded (seen).
@@ -304,38 +176,10 @@ class DedupBackend(CapabilityMethods, ABC):
             added += seen.count(False)
         return added
 
-    @abstractmethod
-    def owned_keys(self) -> list[str]:
-        """Every Redis key this backend owns now, with the metadata record."""
-
-    def expected_types(self) -> dict[str, str]:
-        """Map of owned data key (and parameter record) -> Redis type it must hold."""
-        return dict.fromkeys(self.owned_keys(), "string")
-
-    def fingerprint_types(self, fingerprint: str) -> dict[str, str]:
-        """The keys one fingerprint's check touches that :meth:`expected_types` does not
-        list (a compact filter's bucket), with their types: where a WRONGTYPE is looked for."""
-        return {}
-
-    def janitor_keys(self) -> dict[str, str]:
-        """The janitor's progress record and lock for this backend, with their types."""
-        return {janitor_state_key(self.key): "hash", janitor_lock_key(self.key): "string"}
-
-    def migration_keys(self) -> dict[str, str]:
-        """What a migration into this backend keeps while it runs (deleted by clear())."""
-        return {}
-
     def janitor_note(self) -> str | None:
         """Why the janitor has less to do here than the backend's kind suggests (a hash
         filter whose fields the server expires), for its report; else None."""
         return None
-
-    def clear(self) -> int:
-        """Delete every key the backend owns, and nothing else; return how many (see
-        :func:`clearing.clear`: nothing is deleted if any key holds another type)."""
-        deleted = clearing.clear(self)
-        self.opened = False
-        return deleted
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         """What the filter holds and how it is made, for ``scrapy dedup-info`` (typed
@@ -355,43 +199,9 @@ class DedupBackend(CapabilityMethods, ABC):
             "backend": self.name,
             "key": self.key,
             "keys": len(keys),
-            "memory_bytes": self.memory_usage(keys),
+            "memory_bytes": memory_usage(self.server, keys),
         }
         if is_cluster(self.server):
             # Which master holds how many of the keys (the record included).
             info["nodes"] = nodes_of(self.server, keys)
         return info
-
-    # -- helpers for subclasses -------------------------------------------------------
-
-    def stamp_of(self, data_key: str) -> str | None:
-        """The stamp key that guards ``data_key`` (in its slot), None if it has none.
-
-        Backends with a parameter record stamp every slot that holds data, in the
-        same script call that writes the data there (``lua/stamp.lua``)."""
-        return None
-
-    def wrong_type_hint(self, found: str) -> str:
-        """What to do about a key of this filter found holding a ``found``."""
-        return wrong_type_hint(found, convertible=self.capabilities.probabilistic)
-
-    def check_server(self) -> None:
-        """Refuse a server the filter cannot use (override to ask more of it first)."""
-        admission.check_server(self)
-
-    def compare_meta(self, spec: MetaSpec, stored: Mapping[str, str]) -> None:
-        """Raise FilterMismatchError unless ``stored`` matches the compared fields
-        (override to say more of a backend's own fields first)."""
-        record.compare_meta(self.key, spec, stored)
-
-    def check_types(self, expected: Mapping[str, str], hint: str = "") -> dict[str, str]:
-        """Raise WrongKeyTypeError unless each key is missing or of its type; return the
-        type found for each key ("none" when missing)."""
-        return check_types(self.server, expected, lambda kind: hint or self.wrong_type_hint(kind))
-
-    def memory_usage(self, names: Sequence[str]) -> int:
-        """Sum of ``MEMORY USAGE`` over the keys ``names`` (missing keys count 0)."""
-        return memory_usage(self.server, names)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} key={self.key!r}>"

@@ -63,8 +63,18 @@ METHODS = {
 
 class CapabilityMethods:
     """The methods each capability gives (:data:`METHODS`), which a backend declaring it
-    defines; :class:`~.base.DedupBackend` inherits these stubs, so that a caller asks
-    ``backend.capabilities`` first."""
+    defines (checked when its class is made); :class:`~.base.DedupBackend` inherits
+    these stubs, so that a caller asks ``backend.capabilities`` first."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared: Capabilities = getattr(cls, "capabilities", Capabilities())
+        for capability in declared.declared():
+            for method in METHODS.get(capability, ()):
+                if getattr(cls, method) is getattr(CapabilityMethods, method):
+                    raise TypeError(
+                        f"{cls.__name__} declares {capability} but does not define {method}()"
+                    )
 
     def purge_units(self) -> list[str]:
         """purge_expired: what the janitor walks in order, a :meth:`purge_step` at a time

@@ -1,4 +1,4 @@
-"""Deleting a filter: every key it owns, and nothing else (``DedupBackend.clear``)."""
+"""Deleting a filter: every key it owns, and nothing else (``StoredFilter.clear``)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from ..exceptions import WrongKeyTypeError
 from .keys import TYPE_NAMES, as_str, slot_of
 
 if TYPE_CHECKING:
-    from .base import DedupBackend
+    from .stored import StoredFilter
 
 logger = logging.getLogger(__name__)
 
 
-def clear(backend: DedupBackend) -> int:
-    """Delete every key ``backend`` owns (its data, record, janitor and migration
-    state); return how many. Types are checked first: if any of those keys holds
-    another type, nothing is deleted and :class:`WrongKeyTypeError` is raised."""
+def clear(backend: StoredFilter) -> int:
+    """Delete every key ``backend`` owns (its data, record, and what it keeps beside:
+    the janitor's and a migration's state); return how many. Types are checked first:
+    if any of those keys holds another type, nothing is deleted and
+    :class:`WrongKeyTypeError` is raised."""
     expected = {
         **backend.expected_types(),
-        **backend.janitor_keys(),
-        **backend.migration_keys(),
+        **backend.side_keys(),
     }
     backend.check_types(expected)
     spec = backend.meta_spec()
@@ -42,7 +42,7 @@ def clear(backend: DedupBackend) -> int:
     return deleted
 
 
-def delete_if_type(backend: DedupBackend, keys: list[str], expected: Mapping[str, str]) -> int:
+def delete_if_type(backend: StoredFilter, keys: list[str], expected: Mapping[str, str]) -> int:
     """Delete ``keys`` (all in one cluster slot) in one atomic call if each is missing
     or holds its ``expected`` type; return how many existed. Nothing is deleted and
     :class:`WrongKeyTypeError` is raised when one holds another type."""

@@ -55,6 +55,7 @@ from .keys import (
     as_str,
     chunks,
     keys_held,
+    memory_usage,
     meta_key,
     read_hash,
     scan_keys,
@@ -148,7 +149,7 @@ class CompactBackend(DedupBackend):
 
     def make_layout(self) -> Buckets:
         """Where the fingerprints live (the bucket count found at the first use)."""
-        return EmptyFields(self.key, self.shards)
+        return EmptyFields(self.key, self.shards, self.resolve_buckets)
 
     # -- the layout --------------------------------------------------------------------
 
@@ -171,8 +172,6 @@ class CompactBackend(DedupBackend):
 
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The bucket that holds ``fingerprint`` and its field there."""
-        if not self.layout.buckets:
-            self.resolve_buckets()
         return self.layout.locate(fingerprint)
 
     def bucket_key(self, bucket: int) -> str:
@@ -416,7 +415,7 @@ class CompactBackend(DedupBackend):
             "backend": self.name,
             "key": self.key,
             "keys": len(small) + buckets,
-            "memory_bytes": self.memory_usage(small) + round(buckets_memory),
+            "memory_bytes": memory_usage(self.server, small) + round(buckets_memory),
             "fields": held,
             "expected_bytes_per_fingerprint": self.expected_bytes_per_fingerprint(),
             **asdict(sample),  # buckets, shards, capacity, what was sampled

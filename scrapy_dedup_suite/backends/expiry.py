@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,7 +28,7 @@ from ..settings_table import check
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling
-from .layout import Layout, unready
+from .layout import Layout
 from .record import MetaSpec
 
 logger = logging.getLogger(__name__)
@@ -120,20 +121,22 @@ class Expiring(Layout, ABC):
     #: Milliseconds in a unit of the stored expiries (the janitor's way).
     unit_ms: ClassVar[int]
 
-    def init_expiry(self, ttl_ms: int) -> None:
-        """``ttl_ms``: how long a fingerprint stays seen unless its request says."""
+    def init_expiry(self, resolve: Callable[[], Expiry], ttl_ms: int) -> None:
+        """``resolve``: finds who expires the fields, when first needed (the backend's);
+        ``ttl_ms``: how long a fingerprint stays seen unless its request says."""
         #: The janitor's or the server's: the stored filter's, or the one chosen for a
-        #: new one, found by the backend when it opens.
+        #: new one; found by ``resolve`` at the first use, again at each open.
         self.way: Expiry | None = None
+        self._resolve = resolve
         self.default_ttl_ms = ttl_ms
 
     @property
     def add_script(self) -> scripts.LuaScript:
-        return (self.way or unready(self)).add_script
+        return (self.way or self._resolve()).add_script
 
     @property
     def contains_script(self) -> scripts.LuaScript:
-        return (self.way or unready(self)).contains_script
+        return (self.way or self._resolve()).contains_script
 
     def header(self, context: Any, stamp: str) -> list[Any]:
         """The stamp and the unit of the stored expiries (hash_add.lua's arguments,
@@ -213,7 +216,7 @@ class ExpiringHash(DedupBackend):
         #: stays empty would otherwise probe again at each open or verify).
         self._unsuited: tuple[str | None] | None = None
         self.expire = check("DEDUP_EXPIRE", expire)
-        self.layout.init_expiry(max(1, round(self.expire * 1000)))
+        self.layout.init_expiry(self.resolve_expiry, max(1, round(self.expire * 1000)))
 
     @property
     def expiry_unit_ms(self) -> int:

@@ -110,7 +110,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         return HashOptions(self.expire, self.shards, self.field_expiry, self.capacity)
 
     def make_layout(self) -> ExpiringBuckets:
-        return ExpiringBuckets(self.key, self.shards)
+        return ExpiringBuckets(self.key, self.shards, self.resolve_buckets)
 
     def meta_spec(self) -> MetaSpec:
         spec = super().meta_spec()

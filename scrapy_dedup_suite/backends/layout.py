@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..exceptions import FilterMismatchError
 from ..scripts import LuaScript
@@ -35,14 +35,6 @@ from .keys import META, bucket_prefix, shard_key, slot_sibling
 #: Bytes of a fingerprint's SHA1 that choose its bucket, and bytes kept as its field
 #: (:class:`Buckets`).
 BUCKET_BYTES, FIELD_BYTES = 4, 8
-
-
-def unready(layout: Layout) -> NoReturn:
-    """A layout used before its backend found what it depends on (opened or verified)."""
-    raise RuntimeError(
-        f"the {type(layout).__name__} layout is used before its backend was opened: call "
-        "open() (or verify()) on the backend first"
-    )
 
 
 class Layout(ABC):
@@ -141,20 +133,22 @@ class Buckets(Layout, ABC):
     bucket (BUCKET_BYTES) and its field there (the next FIELD_BYTES); bucket ``b`` is in
     group ``b % shards``, whose stamp is in the group's slot. A call's group is a bucket."""
 
-    def __init__(self, key: str, shards: int) -> None:
+    def __init__(self, key: str, shards: int, count: Callable[[], int]) -> None:
+        """``count``: finds how many buckets, when first needed (the backend's)."""
         groups = [shard_key(key, g) for g in range(shards)]
         self.shards = shards
         #: Each group's stamp, and the prefix of its buckets' keys, in the group's slot.
         self.stamp_keys = [slot_sibling(group, META) for group in groups]
         self.prefixes = [bucket_prefix(group) for group in groups]
         #: How many buckets: the stored filter's, or what the settings and the server
-        #: give a new one; found by the backend when it opens (:func:`unready` till then).
+        #: give a new one; found by ``count`` at the first use, again at each open.
         self.buckets = 0
+        self._count = count
 
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The bucket that holds ``fingerprint`` and its field there."""
         digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
-        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % (self.buckets or unready(self))
+        bucket = int.from_bytes(digest[:BUCKET_BYTES], "big") % (self.buckets or self._count())
         return bucket, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
 
     def bucket_key(self, bucket: int) -> str:

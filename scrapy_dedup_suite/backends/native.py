@@ -221,8 +221,8 @@ class NativeBloomBackend(DedupBackend):
 
     # -- what is stored -----------------------------------------------------------------
 
-    def migration_keys(self) -> dict[str, str]:
-        return {migration_state_key(self.key): "hash"}
+    def side_keys(self) -> dict[str, str]:
+        return {**super().side_keys(), migration_state_key(self.key): "hash"}
 
     def expected_types(self) -> dict[str, str]:
         types = dict.fromkeys(self.prefixes, NATIVE_BLOOM_TYPE)

@@ -17,7 +17,7 @@ from ..failures import code_of
 from .keys import as_str, read_hash
 
 if TYPE_CHECKING:
-    from .base import DedupBackend
+    from .stored import StoredFilter
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def refuse_orphans(orphans: Sequence[str], meta_key: str) -> None:
         )
 
 
-def check_stamps(backend: DedupBackend, found: Mapping[str, str], spec: MetaSpec) -> None:
+def check_stamps(backend: StoredFilter, found: Mapping[str, str], spec: MetaSpec) -> None:
     """Refuse data written with other parameters, or with no record of them.
 
     The stamps stand in for a missing parameter record (after a clear() by
@@ -189,7 +189,7 @@ def check_stamps(backend: DedupBackend, found: Mapping[str, str], spec: MetaSpec
         )
 
 
-def init_meta(backend: DedupBackend, spec: MetaSpec) -> bool:
+def init_meta(backend: StoredFilter, spec: MetaSpec) -> bool:
     """Create the parameter record or check it; True when this call created it."""
     try:
         created, flat = scripts.META_INIT(backend.server, [spec.key], spec.flat_fields)
@@ -240,7 +240,7 @@ def compare_meta(key: str, spec: MetaSpec, stored: Mapping[str, str]) -> None:
     )
 
 
-def verify(backend: DedupBackend) -> bool:
+def verify(backend: StoredFilter) -> bool:
     """``backend.verify()``: key types and the stored parameters checked as at open,
     creating nothing; False when nothing of the filter is stored yet."""
     found = backend.check_types(backend.expected_types())

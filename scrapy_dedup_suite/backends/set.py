@@ -86,7 +86,7 @@ class SetBackend(DedupBackend):
     def expected_types(self) -> dict[str, str]:
         return {self.key: "set"}
 
-    def janitor_keys(self) -> dict[str, str]:
+    def side_keys(self) -> dict[str, str]:
         # The set is scrapy-redis's key alone; this backend owns nothing beside it.
         return {}
 

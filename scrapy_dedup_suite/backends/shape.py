@@ -19,8 +19,8 @@ from typing import Any
 from .. import scripts
 from ..bloom_math import BloomParams, Layer, Scaling
 from ..exceptions import FilterMismatchError
-from .base import LAYOUT_VERSION
 from .keys import layer_key, layers_key
+from .stored import LAYOUT_VERSION
 
 logger = logging.getLogger(__name__)
 

@@ -50,6 +50,7 @@ from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.backends.keys import (
     as_str,
     chunks,
+    memory_usage,
     meta_key,
     migration_state_key,
     read_hash,
@@ -203,7 +204,7 @@ class HashLayoutConversion:
     ) -> ConversionPlan:
         """``fields``: what the shards hold (:meth:`_fields_of`)."""
         self.source, self.target = source, target
-        memory = source.memory_usage(source.shard_keys) if fields else 0
+        memory = memory_usage(source.server, source.shard_keys) if fields else 0
         plan = ConversionPlan(
             key=self.key,
             shards=source.shards,
@@ -370,7 +371,7 @@ class HashLayoutConversion:
         holds no expiry stays."""
         source, target = self.source, self.target
         assert source is not None and target is not None
-        before = source.memory_usage(source.shard_keys)
+        before = memory_usage(source.server, source.shard_keys)
         for index, _, expiries, _ in self._walk():
             shard = source.shard_keys[index]
             now_ms = server_time_ms(self.server)
@@ -380,4 +381,4 @@ class HashLayoutConversion:
             report.removed += sum(int(self.server.hdel(shard, *part)) for part in chunks(gone))
         report.kept = source._fields()
         report.source_deleted = report.kept == 0
-        report.memory_freed = before - source.memory_usage(source.shard_keys)
+        report.memory_freed = before - memory_usage(source.server, source.shard_keys)
