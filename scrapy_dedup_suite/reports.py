@@ -8,8 +8,8 @@ A backend that declares ``report_fill`` returns a :class:`FilterFill` per filter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, is_dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Union
 
 #: What a layer's report keeps of a scalable filter's layer report.
@@ -129,6 +129,41 @@ class Holding:
     growth: str = ""
     #: A Bloom filter's false-positive rate once it holds n fingerprints.
     rate_at: Callable[[float], float] | None = None
+
+
+@dataclass
+class FilterInfo(Mapping[str, Any]):
+    """What an operator wants to know of a filter (``DedupBackend.info()``): what every
+    backend says, typed (what the summary and ``dedup-info`` read), and ``details``, the
+    backend's own figures (its parameters, counts, fill), shown as they are. Read by
+    attribute; also a mapping of both, as ``dedup-info --json`` prints it."""
+
+    backend: str
+    key: str
+    #: How many Redis keys the filter takes now, its record included ("keys").
+    key_count: int
+    #: Their memory (MEMORY USAGE, or estimated from a sample where they are too many).
+    memory_bytes: int
+    #: On a cluster, how many of those keys each master holds.
+    nodes: dict[str, int] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def _common(self) -> dict[str, Any]:
+        common = {"backend": self.backend, "key": self.key, "keys": self.key_count}
+        common["memory_bytes"] = self.memory_bytes
+        if self.nodes is not None:
+            common["nodes"] = self.nodes
+        return common
+
+    def __getitem__(self, name: str) -> Any:
+        common = self._common()
+        return common[name] if name in common else self.details[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._common(), **self.details})
+
+    def __len__(self) -> int:
+        return len({**self._common(), **self.details})
 
 
 # -- what a filter holds, for dedup-info (DedupBackend.contents) -------------------------

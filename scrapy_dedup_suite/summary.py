@@ -17,7 +17,7 @@ from scrapy import signals
 
 from .backends import build_backend, check_settings
 from .config import human_bytes
-from .reports import FilterFill
+from .reports import FilterFill, FilterInfo
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -26,20 +26,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def summarize(
-    info: dict[str, Any], fills: list[FilterFill], stats: dict[str, Any]
-) -> dict[str, Any]:
+def summarize(info: FilterInfo, fills: list[FilterFill], stats: dict[str, Any]) -> dict[str, Any]:
     """The summary row: requests checked, Redis memory and, for Bloom filters
     (``fills``), the fullest filter's fill and false-positive rate."""
     added = int(stats.get("dedup/added", 0))
     filtered = int(stats.get("dedup/filtered", 0))
     row: dict[str, Any] = {
-        "backend": info["backend"],
-        "key": info["key"],
+        "backend": info.backend,
+        "key": info.key,
         "requests_checked": added + filtered,
         "new": added,
         "filtered": filtered,
-        "redis_memory_bytes": info["memory_bytes"],
+        "redis_memory_bytes": info.memory_bytes,
     }
     if fills:
         row["fill_ratio"] = max(f.fill_ratio for f in fills)

@@ -9,6 +9,7 @@ from scrapy_dedup_suite.reports import (
     BloomSizing,
     ExpirySample,
     FilterFill,
+    FilterInfo,
     Fingerprints,
     HashFields,
     LayerFill,
@@ -16,6 +17,29 @@ from scrapy_dedup_suite.reports import (
     TimeWindow,
     as_json,
 )
+
+
+def test_filter_info_is_typed_and_reads_as_the_json_it_prints():
+    # What every backend says is read by attribute (the summary, dedup-info); a
+    # backend's own figures are details; both read as one mapping, as printed.
+    info = FilterInfo("compact", "s:c", 3, 2048, details={"fields": 10, "buckets": 2})
+    assert (info.backend, info.key, info.key_count, info.memory_bytes) == (
+        "compact",
+        "s:c",
+        3,
+        2048,
+    )
+    assert info["keys"] == 3 and info["fields"] == 10 and "nodes" not in info
+    assert json.loads(json.dumps(dict(info))) == {
+        "backend": "compact",
+        "key": "s:c",
+        "keys": 3,
+        "memory_bytes": 2048,
+        "fields": 10,
+        "buckets": 2,
+    }
+    on_cluster = FilterInfo("set", "s:s", 1, 90, nodes={"127.0.0.1:7000": 1})
+    assert on_cluster["nodes"] == {"127.0.0.1:7000": 1} and len(on_cluster) == 5
 
 
 def test_a_fixed_filter_in_one_line():

@@ -14,7 +14,7 @@ from scrapy.settings import BaseSettings
 
 from .. import scripts
 from ..connection import is_cluster, nodes_of
-from ..reports import Contents, Holding
+from ..reports import Contents, FilterInfo, Holding
 from . import calls
 from .calls import FailedCall, one_call
 from .keys import chunks, memory_usage
@@ -192,16 +192,10 @@ class DedupBackend(StoredFilter):
         held = float(self.count()) if self.capabilities.count else 0.0
         return Holding(held, max(1, len(self.owned_keys())))
 
-    def info(self) -> dict[str, Any]:
-        """What an operator wants to know: parameters, sizes, memory."""
+    def info(self) -> FilterInfo:
+        """What an operator wants to know: its keys and their memory, typed; parameters,
+        counts and fill in ``details`` (a backend adds its own)."""
         keys = self.owned_keys()
-        info = {
-            "backend": self.name,
-            "key": self.key,
-            "keys": len(keys),
-            "memory_bytes": memory_usage(self.server, keys),
-        }
-        if is_cluster(self.server):
-            # Which master holds how many of the keys (the record included).
-            info["nodes"] = nodes_of(self.server, keys)
-        return info
+        # On a cluster, which master holds how many of the keys (the record included).
+        nodes = nodes_of(self.server, keys) if is_cluster(self.server) else None
+        return FilterInfo(self.name, self.key, len(keys), memory_usage(self.server, keys), nodes)

@@ -25,7 +25,7 @@ from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
 from ..failures import script_failure
 from ..options import BloomOptions
-from ..reports import BloomSizing, Contents, FilterFill
+from ..reports import BloomSizing, Contents, FilterFill, FilterInfo
 from ..settings_table import default
 from . import admission
 from .base import DedupBackend
@@ -348,18 +348,18 @@ class BloomBackend(BlockedBloom):
         info = self.info() if info is None else info
         return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         info = super().info()
-        info.update(
+        info.details.update(
             capacity=self.params.capacity,
             error_rate=self.error_rate,
             bits=self.params.total_bits,
             hashes=self.params.hashes,
             blocks=self.params.blocks,
         )
-        info.update(self.filter_report(self.block_keys))
+        info.details.update(self.filter_report(self.block_keys))
         if self.scaling is not None:
-            info.update(
+            info.details.update(
                 scaling=True,
                 expansion=self.scaling.expansion,
                 tightening=self.scaling.tightening,

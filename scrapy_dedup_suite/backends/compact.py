@@ -43,7 +43,7 @@ from scrapy.settings import BaseSettings
 from .. import scripts
 from ..connection import is_cluster, masters, nodes_of
 from ..options import CompactOptions
-from ..reports import CompactBuckets, Contents, Holding
+from ..reports import CompactBuckets, Contents, FilterInfo, Holding
 from ..settings_table import check, default
 from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
@@ -402,7 +402,7 @@ class CompactBackend(DedupBackend):
         info = self.info() if info is None else info
         return [CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         """As every backend's: the buckets and their fingerprints counted (what exists),
         their encoding and memory measured on a sample (MEMORY USAGE of every bucket
         would cost far more)."""
@@ -411,16 +411,12 @@ class CompactBackend(DedupBackend):
         per = sample.bytes_per_fingerprint
         buckets_memory = per * held if per else sample.estimated_memory
         small = [*self.stamp_keys, self.meta_key]
-        info: dict[str, Any] = {
-            "backend": self.name,
-            "key": self.key,
-            "keys": len(small) + buckets,
-            "memory_bytes": memory_usage(self.server, small) + round(buckets_memory),
+        memory = memory_usage(self.server, small) + round(buckets_memory)
+        # On a cluster, which master holds how many groups of buckets (their stamps' slots).
+        nodes = nodes_of(self.server, self.stamp_keys) if is_cluster(self.server) else None
+        details = {
             "fields": held,
             "expected_bytes_per_fingerprint": self.expected_bytes_per_fingerprint(),
             **asdict(sample),  # buckets, shards, capacity, what was sampled
         }
-        if is_cluster(self.server):
-            # Which master holds how many groups of buckets (their stamps' slots).
-            info["nodes"] = nodes_of(self.server, self.stamp_keys)
-        return info
+        return FilterInfo(self.name, self.key, len(small) + buckets, memory, nodes, details)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..options import HashOptions
-from ..reports import Contents, HashFields, Holding
+from ..reports import Contents, FilterInfo, HashFields, Holding
 from ..settings_table import check, default
 from .expiry import (  # noqa: F401 - stored_layout re-exported
     BY_JANITOR,
@@ -193,11 +193,13 @@ class HashBackend(ExpiringHash):
         sample = expiry_sample(self.server, purged, self.expiry_unit_ms) if purged else None
         return [HashFields(info["fields"], self.shards, self.expiry.name, self.expire, sample)]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         info = super().info()
-        info["fields"] = self._fields()
-        info["shards"] = self.shards
-        info["expire"] = self.expire
-        info["expired_by"] = self.expiry.name
-        info["layout"] = "shards"
+        info.details.update(
+            fields=self._fields(),
+            shards=self.shards,
+            expire=self.expire,
+            expired_by=self.expiry.name,
+            layout="shards",
+        )
         return info

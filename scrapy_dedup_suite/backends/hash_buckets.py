@@ -29,7 +29,7 @@ from typing import Any
 
 from ..connection import node_of
 from ..options import HashOptions
-from ..reports import CompactBuckets, Contents, HashFields
+from ..reports import CompactBuckets, Contents, FilterInfo, HashFields
 from ..settings_table import default
 from .compact import CompactBackend
 from .expiry import (
@@ -221,9 +221,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         )
         return [buckets, fields_]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         info = super().info()
-        info["expire"] = self.expire
-        info["expired_by"] = self.expiry.name
-        info["layout"] = BUCKETS_LAYOUT
+        info.details.update(expire=self.expire, expired_by=self.expiry.name, layout=BUCKETS_LAYOUT)
         return info

@@ -34,7 +34,7 @@ from ..connection import address, has_command, masters
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..native_math import NativeParams, native_error_rate
 from ..options import NativeBloomOptions, WindowOptions
-from ..reports import BloomSizing, Contents, FilterFill, Holding, ServerFilters
+from ..reports import BloomSizing, Contents, FilterFill, FilterInfo, Holding, ServerFilters
 from ..settings_table import default
 from ..windows import WindowSpec
 from . import admission
@@ -275,8 +275,10 @@ class NativeBloomBackend(DedupBackend):
         info = self.info() if info is None else info
         return [FilterFill.of(info, info["capacity"], info["error_rate"])]
 
-    def info(self) -> dict[str, Any]:
-        return {**super().info(), **self.describe()}
+    def info(self) -> FilterInfo:
+        info = super().info()
+        info.details.update(self.describe())
+        return info
 
     def holding(self) -> Holding:
         """Estimated items (a windowed filter's buckets: none counted here), and the

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import scripts
-from ..reports import Contents, Fingerprints
+from ..reports import Contents, FilterInfo, Fingerprints
 from .base import DedupBackend
 from .capabilities import Capabilities
 from .forget import remove
@@ -93,7 +93,7 @@ class SetBackend(DedupBackend):
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         return [Fingerprints(self.count() if info is None else info["fingerprints"])]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         info = super().info()
-        info["fingerprints"] = self.count()
+        info.details["fingerprints"] = self.count()
         return info

@@ -26,7 +26,7 @@ from scrapy.settings import BaseSettings
 
 from ..bloom_math import BloomParams, Scaling
 from ..options import BloomOptions, WindowOptions
-from ..reports import BloomSizing, Contents
+from ..reports import BloomSizing, Contents, FilterInfo
 from ..windows import WindowSpec
 from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
@@ -122,9 +122,9 @@ class WindowedBloomBackend(Windowed, BlockedBloom):
         sizing = BloomSizing(self.params.capacity, self.error_rate, self.params.blocks, True)
         return [sizing, self.window_contents()]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> FilterInfo:
         info = super().info()
-        info.update(
+        info.details.update(
             capacity_per_bucket=self.params.capacity,
             error_rate=self.error_rate,
             bits_per_bucket=self.params.total_bits,

@@ -108,8 +108,7 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
         entry["stored"] = stored
         if stored:
             info = backend.info()
-            info.pop("key", None)
-            entry.update(info)
+            entry.update((name, value) for name, value in info.items() if name != "key")
             entry["contents"] = backend.contents(info)
             if backend.capabilities.report_fill:
                 entry["filters"] = backend.filter_reports(info)
