@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 from scrapy.settings import BaseSettings, Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
@@ -241,8 +242,6 @@ def address(client: Any) -> str:
 
 def failure_text(exc: BaseException) -> str:
     """A failed call's error in one short line, for logs and messages."""
-    from redis.sentinel import MasterNotFoundError
-
     if isinstance(exc, MasterNotFoundError):  # its text holds each sentinel client's repr
         return "no sentinel named a primary (they are down, unreachable, or monitor another name)"
     text = str(exc).strip()
@@ -251,8 +250,6 @@ def failure_text(exc: BaseException) -> str:
 
 def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> RedisUnreachableError:
     """The one-line error for a server that could not be reached."""
-    from redis.sentinel import MasterNotFoundError
-
     if isinstance(exc, MasterNotFoundError):
         # redis-py's text holds each sentinel client's repr (~1,500 characters).
         service = getattr(client.connection_pool, "service_name", "?")

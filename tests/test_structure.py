@@ -8,6 +8,9 @@ import ast
 import inspect
 from pathlib import Path
 
+from scrapy_dedup_suite.backends.base import DedupBackend
+from scrapy_dedup_suite.backends.layout import Layout
+from scrapy_dedup_suite.backends.stored import StoredFilter
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 
 PACKAGE = Path(__file__).resolve().parent.parent / "scrapy_dedup_suite"
@@ -16,6 +19,11 @@ MODULE_LINES = 460
 #: The most lines of the dupefilter class (its batch path, recovery and stats are
 #: classes of their own).
 DUPEFILTER_LINES = 260
+#: The most methods each backend class declares: what a filter does per request
+#: (DedupBackend), its keys and its life in Redis (StoredFilter).
+BACKEND_METHODS = 25
+#: What one call of a backend's script is made of: the layout's, not the backend's.
+CALL_PROTOCOL = {"context", "header", "place", "keys", "contains_call", "again", "learn", "grown"}
 #: Imports of the package's own modules made when first used, on purpose:
 #: ``scrapy_dedup_suite.Addon`` keeps ``import scrapy_dedup_suite`` light.
 LAZY = {("__init__.py", ".addon")}
@@ -67,6 +75,24 @@ def test_no_module_is_longer_than_a_reader_holds():
 def test_the_dupefilter_class_stays_small():
     lines = len(inspect.getsource(RFPDupeFilter).splitlines())
     assert lines <= DUPEFILTER_LINES, f"RFPDupeFilter is {lines} lines"
+
+
+def declared_methods(cls: type) -> list[str]:
+    return [
+        name
+        for name, value in vars(cls).items()
+        if callable(value) or isinstance(value, (property, classmethod, staticmethod))
+    ]
+
+
+def test_the_backend_classes_stay_small_and_the_call_is_the_layouts():
+    for cls in (DedupBackend, StoredFilter):
+        methods = declared_methods(cls)
+        assert len(methods) <= BACKEND_METHODS, f"{cls.__name__}: {len(methods)} {methods}"
+    assert set(dir(Layout)) >= CALL_PROTOCOL
+    # The hooks a backend once filled in for calls.py are nowhere on it.
+    hooks = CALL_PROTOCOL | {"add_group", "group_keys", "add_header", "fp_args", "on_grown"}
+    assert not hooks & set(dir(DedupBackend)), hooks & set(dir(DedupBackend))
 
 
 def test_no_class_takes_a_method_back_from_a_base_by_assignment():
