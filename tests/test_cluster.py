@@ -210,7 +210,7 @@ def test_a_batch_keeps_the_calls_that_ran_when_one_master_keeps_refusing_its_scr
     refusing, *others = by_master.values()
     scripts.SET_ADD.load(server)
     server.get_node_from_key(refusing).redis_connection.script_flush()
-    calls = [([key], [1, "fp"]) for key in (refusing, *others)]
+    calls = [([key], ["fp"]) for key in (refusing, *others)]
     # The reload reaches the masters the client knows, never the refusing one.
     answers = scripts.run_many(server, scripts.SET_ADD, calls, lambda: None, keep_errors=True)
     assert isinstance(answers[0], NoScriptError)

@@ -83,7 +83,7 @@ def test_server_codes_are_read_whatever_the_words(server):
     server.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.ResponseError) as oom:
-            scripts.SET_ADD(server, ["t:set"], [1, "fp"])
+            scripts.SET_ADD(server, ["t:set"], ["fp"])
     finally:
         server.config_set("maxmemory", 0)
     assert code_of(oom.value) == "OOM" and is_transient(oom.value)

@@ -12,42 +12,21 @@ from typing import Any
 
 from .. import scripts
 from ..reports import Contents, FilterInfo, Fingerprints
+from . import calls
 from .base import DedupBackend
+from .calls import FailedCall, one_call
 from .capabilities import Capabilities
 from .forget import remove
 from .keys import chunks
-from .layout import Layout
-
-
-class OneSet(Layout):
-    """The layout of scrapy-redis's set: one group, the set; no stamp."""
-
-    add_script = scripts.SET_ADD
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def header(self, context: Any, stamp: str) -> list[Any]:
-        return []
-
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        return 0, [fingerprint]
-
-    def keys(self, group: int, context: Any) -> list[str]:
-        return [self.key]
-
-    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
-        raise NotImplementedError("the set backend asks SISMEMBER itself")
 
 
 class SetBackend(DedupBackend):
+    """scrapy-redis's set: no layout to plan (one key, one slot), so its operations are
+    its own: one SADD a request, one script call a batch."""
+
     name = "set"
     default_key = "%(spider)s:dupefilter"
     capabilities = Capabilities(count=True, stable_answers=True, forget=True)
-
-    def __init__(self, server: Any, key: str) -> None:
-        super().__init__(server, key)
-        self.layout = OneSet(key)
 
     def count(self) -> int:
         return int(self.server.scard(self.key))
@@ -55,12 +34,28 @@ class SetBackend(DedupBackend):
     def with_key(self, key: str) -> SetBackend:
         return SetBackend(self.server, key)
 
+    def _prepare(self) -> None:
+        scripts.SET_ADD.load(self.server)  # (the batches' script, loaded at open)
+
     def check_and_add(self, fingerprint: str, expire: float | None = None) -> bool:
         if self.wait_replicas:  # the script's call, which waits for the replicas
-            return super().check_and_add(fingerprint, expire)
+            return self.check_and_add_many([fingerprint])[0]
         # SADD answers how many members were added: 0 when it was there.
         added: int = self.server.execute_command("SADD", self.key, fingerprint)
         return added == 0
+
+    def check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> list[bool]:
+        # One script call: SADD answers a count, not which members were new.
+        if not fingerprints:
+            return []
+        return [bool(x) for x in calls.run(self, scripts.SET_ADD, [self.key], fingerprints)]
+
+    def try_check_and_add_many(
+        self, fingerprints: Sequence[str], expires: Sequence[float | None] | None = None
+    ) -> tuple[list[bool | None], list[FailedCall]]:
+        return one_call(lambda: self.check_and_add_many(fingerprints), fingerprints)
 
     def contains(self, fingerprint: str) -> bool:
         return bool(self.server.execute_command("SISMEMBER", self.key, fingerprint))
