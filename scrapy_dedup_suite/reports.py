@@ -148,22 +148,23 @@ class FilterInfo(Mapping[str, Any]):
     nodes: dict[str, int] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    def _common(self) -> dict[str, Any]:
-        common = {"backend": self.backend, "key": self.key, "keys": self.key_count}
-        common["memory_bytes"] = self.memory_bytes
+    def as_dict(self) -> dict[str, Any]:
+        """Both, as printed: what every backend says first; ``details`` cannot shadow it."""
+        out: dict[str, Any] = {"backend": self.backend, "key": self.key, "keys": self.key_count}
+        out["memory_bytes"] = self.memory_bytes
         if self.nodes is not None:
-            common["nodes"] = self.nodes
-        return common
+            out["nodes"] = self.nodes
+        out.update((name, value) for name, value in self.details.items() if name not in out)
+        return out
 
     def __getitem__(self, name: str) -> Any:
-        common = self._common()
-        return common[name] if name in common else self.details[name]
+        return self.as_dict()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter({**self._common(), **self.details})
+        return iter(self.as_dict())
 
     def __len__(self) -> int:
-        return len({**self._common(), **self.details})
+        return len(self.as_dict())
 
 
 # -- what a filter holds, for dedup-info (DedupBackend.contents) -------------------------

@@ -81,21 +81,12 @@ class BloomBlocks(Blocks):
             check_fingerprint(fingerprint)
             raise
 
-    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        try:  # (block(), written out: the per-request path)
-            return self.shape.params.block_of(fingerprint), [fingerprint]
-        except (ValueError, TypeError):
-            check_fingerprint(fingerprint)
-            raise
-
     def keys(self, group: int, context: Any) -> list[str]:
-        filters = self._filters if context is None else context[1].keys
-        return self.shape.group(self.stamp_keys[group], filters[group])
+        return self.shape.group(self.stamp_keys[group], self.filters(context)[group])
 
     def header(self, context: Any, stamp: str) -> list[Any]:
-        if context is None:  # one filter per block, no expiry (filters(), ttl_ms())
-            return self.shape.add_header(stamp, 0, 1)
-        return self.shape.add_header(stamp, self.ttl_ms(context), len(context[1].keys[0]))
+        filters = len(self.filters(context)[0])
+        return self.shape.add_header(stamp, self.ttl_ms(context), filters)
 
     def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
         filters = self.filters(context)[self.block(fingerprint)]
