@@ -143,6 +143,9 @@ class BatchDedupMiddleware:
         self._pool: ThreadPool | None = None
         self._dupefilter: RFPDupeFilter | None = None
         self._looked_up = False
+        #: Whether the scheduler is the frontier and this middleware batches for it.
+        self._frontier: bool | None = None
+        self._frontier_scheduler: Any = None
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -250,6 +253,9 @@ class BatchDedupMiddleware:
             checked.raise_failure()
 
     async def _check(self, requests: Sequence[Request], spider: Spider | None) -> Checked:
+        frontier = self.frontier()
+        if frontier is not None:
+            return await self._enqueue(frontier, requests)
         df = self.dupefilter()
         if df is None:
             return Checked(requests)
@@ -270,6 +276,31 @@ class BatchDedupMiddleware:
             # through (perhaps crawled twice) is safe, passing them on unadmitted is not.
             result = BatchResult([UNCHECKED] * len(requests), error=ClientFailure(exc))
         return Checked(batches.account(batch, result, spider), result.failure)
+
+    def frontier(self) -> Any:
+        """The scheduler, when it is the frontier and nothing after this middleware can
+        drop or replace requests: it records and enqueues a batch in one call per slot
+        group (the dupefilter's batch path alone would record requests the frontier
+        has not enqueued yet; under it, this middleware never uses that path)."""
+        from .frontier.scheduler import Scheduler  # (imports this module)
+
+        if self._frontier is None:
+            scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
+            if scheduler is None:
+                return None  # the engine has not opened the spider yet: look again later
+            self._frontier = isinstance(scheduler, Scheduler) and self._placed_last()
+            self._frontier_scheduler = scheduler
+            self._looked_up |= isinstance(scheduler, Scheduler)  # (no dupefilter then)
+        return self._frontier_scheduler if self._frontier else None
+
+    async def _enqueue(self, frontier: Any, requests: Sequence[Request]) -> Checked:
+        """The frontier's batch: prepared here, sent in a thread, counted here."""
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        batch = frontier.enqueue_many(requests)
+        deferred = deferToThreadPool(reactor, self._threads(), frontier.send, batch)
+        seen = await maybe_deferred_to_future(deferred)
+        return Checked(frontier.enqueued_many(batch, seen))
 
     def _threads(self) -> ThreadPool:
         if self._pool is None:

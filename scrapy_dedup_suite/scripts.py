@@ -69,6 +69,8 @@ class LuaScript:
     def __init__(self, name: str, text: str | None = None) -> None:
         self.name = name
         body = _read(name) if text is None else text
+        #: The script's own text (its first line names the fragments it uses).
+        self.body = body
         self.source = "\n".join([*(_read(part) for part in includes(name, body)), body])
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
@@ -197,6 +199,8 @@ EXPIRE_IF_MISSING = LuaScript("expire_if_missing")
 MERGE_OR = LuaScript("merge_or")
 STAMP_SWITCH = LuaScript("stamp_switch")
 RECORD_SWITCH = LuaScript("record_switch")
+FRONTIER_PUSH = LuaScript("frontier_push")
+FRONTIER_LEASE = LuaScript("frontier_lease")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

@@ -41,6 +41,7 @@ SETTINGS_ROWS: dict[str, dict[str, Any]] = {
 SCHEDULERS = {
     "scrapy": "scrapy.core.scheduler.Scheduler",
     "scrapy-redis": "scrapy_redis.scheduler.Scheduler",
+    "frontier": "scrapy_dedup_suite.frontier.scheduler.Scheduler",
 }
 
 

@@ -28,6 +28,11 @@ logger = logging.getLogger(__name__)
 #: fingerprints it answers.
 Call = tuple[list[str], list[Any], list[int]]
 
+#: What a caller adds to a batch's add calls (the frontier's record-and-enqueue,
+#: ``frontier/record.py``): the script to call instead, and each planned call with its
+#: own keys and arguments added.
+Extend = Callable[[scripts.LuaScript, list[Call]], tuple[scripts.LuaScript, list[Call]]]
+
 
 @dataclass(frozen=True)
 class FailedCall:
@@ -107,13 +112,14 @@ def add_answers(
     backend: DedupBackend,
     fingerprints: Sequence[str],
     expires: Sequence[float | None] | None = None,
+    extend: Extend | None = None,
 ) -> tuple[list[int | None], list[FailedCall]]:
     """The add script's answer for each fingerprint (see :attr:`add_script`),
     keeping the answers of the calls that ran when others failed (on a cluster,
     one call per slot): None for each fingerprint of a failed call, and the
     failed calls, each with its fingerprints' indices and its error. A call the
     server refused wrote nothing (every add script checks all it reads and writes
-    first); one whose connection broke may have run."""
+    first); one whose connection broke may have run. ``extend``: see :data:`Extend`."""
     layout = layout_of(backend)
     count = len(fingerprints)
     answers: list[int | None] = [None] * count
@@ -127,8 +133,11 @@ def add_answers(
     todo: Sequence[int] = range(count)
     for _ in range(layout.retries + 1):
         calls = plan(backend, fingerprints, expires, todo)
+        script = layout.add_script
+        if extend is not None:
+            script, calls = extend(script, calls)
         try:
-            results = run_planned(backend, layout.add_script, calls)
+            results = run_planned(backend, script, calls)
         except Exception as exc:  # kept for the caller, as run_many's are
             results = [exc] * len(calls)
         again = []

@@ -224,3 +224,21 @@ def spread(fingerprint: str, parts: int) -> int:
     scripts and in ``BloomParams.block_of``: their fingerprints are hex digests.)
     Fixed for a stored filter: changing it would lose what each key holds."""
     return 0 if parts == 1 else zlib.crc32(fingerprint.encode("utf-8")) % parts
+
+
+def hash_tag(key: str) -> str:
+    """What decides ``key``'s cluster slot: its hash tag (``{...}``, not empty), else
+    the whole key."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def frontier_key(anchor: str) -> str:
+    """The frontier's queue shard in ``anchor``'s slot (the sorted set of its
+    priorities; beside it ``:leases``, ``:expiries``, ``:counters`` and a list per
+    priority, ``:<priority>``)."""
+    return "{" + hash_tag(anchor) + "}:frontier"

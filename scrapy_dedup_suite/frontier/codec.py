@@ -20,12 +20,13 @@ callback that is not a spider method, a meta value that cannot be serialized) is
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.utils.request import request_from_dict
 
-from ..exceptions import DedupError
+from ..exceptions import DedupConfigError, DedupError
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -79,7 +80,9 @@ class RequestCodec:
         self.spider = spider
         self.serializer: Serializer = serializer or PickleSerializer()
 
-    def encode(self, request: Request) -> bytes:
+    def encode(self, request: Request, priority_apart: bool = False) -> bytes:
+        """``request`` as stored; ``priority_apart``: without its priority, which the
+        queue keeps beside it (give it back to :meth:`decode`)."""
         try:
             fields = request.to_dict(spider=self.spider)
         except ValueError as exc:  # a callback or errback that is not a spider method
@@ -89,6 +92,8 @@ class RequestCodec:
                 "with Scrapy's own disk queues)"
             ) from None
         kept = {k: v for k, v in fields.items() if k not in DEFAULTS or v != DEFAULTS[k]}
+        if priority_apart:
+            kept.pop("priority", None)
         line = _as_line(kept)
         if line is not None:
             return line
@@ -102,7 +107,8 @@ class RequestCodec:
             ) from None
         return SERIALIZED + (data.encode("utf-8") if isinstance(data, str) else data)
 
-    def decode(self, data: bytes) -> Request:
+    def decode(self, data: bytes, priority: int | None = None) -> Request:
+        """The request ``data`` holds (``priority``: the one kept beside it)."""
         kind, rest = data[:1], data[1:]
         try:
             if kind == LINE:
@@ -111,12 +117,35 @@ class RequestCodec:
                 kept = self.serializer.loads(rest)
             else:
                 raise ValueError(f"it starts with {kind!r}, not a request of this queue")
+            if priority is not None:
+                kept = {**kept, "priority": priority}
             return request_from_dict({**DEFAULTS, **kept}, spider=self.spider)
         except Exception as exc:  # (whatever a damaged or foreign entry makes fail)
             raise RequestEncodingError(
                 f"A queued request could not be rebuilt ({type(exc).__name__}: {exc}): "
                 f"{data[:120]!r}"
             ) from None
+
+
+def serializer(value: Any) -> Serializer | None:
+    """SCHEDULER_SERIALIZER as scrapy-redis takes it: a module (or its dotted path) with
+    ``dumps`` and ``loads``; None for pickle."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = importlib.import_module(value)
+        except ImportError as exc:
+            raise DedupConfigError(
+                f"SCHEDULER_SERIALIZER = {value!r} cannot be imported ({exc}); give the dotted "
+                "path of a module with dumps() and loads(), or leave it unset for pickle"
+            ) from None
+    if not callable(getattr(value, "dumps", None)) or not callable(getattr(value, "loads", None)):
+        raise DedupConfigError(
+            f"SCHEDULER_SERIALIZER must be a module with dumps() and loads() (such as 'json' or "
+            f"'pickle'), got {value!r}"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def _as_line(kept: dict[str, Any]) -> bytes | None:

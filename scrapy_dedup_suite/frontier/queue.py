@@ -1,0 +1,187 @@
+"""The frontier's queue in Redis: requests waiting, and the leases workers hold.
+
+The queue is split in shards. On a single server there is one, so priorities are exact;
+on a Cluster there is one per slot of the dupefilter's groups (its blocks, shards), so
+that recording a request and enqueueing it stay one call per slot group (a request
+recorded and never enqueued would be lost: its parent, fetched again, finds it seen)
+and no single key holds the frontier. A shard (``lua/frontier.lua``):
+
+- ``{tag}:frontier``: a sorted set of the priorities with requests waiting, and per
+  priority a list ``{tag}:frontier:<priority>`` of encoded requests
+  (:mod:`.codec`), first in first out: lists keep the server's compact encoding
+  (a listpack costs an entry about its length plus 3 bytes);
+- ``{tag}:frontier:leases``: a hash, lease id -> priority and entry, of the requests
+  workers took and have not acknowledged; ``{tag}:frontier:expiries``: a sorted set,
+  lease id -> when the lease ends (the server's clock, ms);
+- ``{tag}:frontier:counters``: a hash (``reclaimed``: leases that ended unacknowledged
+  and went back to the queue).
+
+A worker's one call to a shard (``lua/frontier_lease.lua``) acknowledges, renews and
+gives back the leases it names, returns what a dead worker held past its lease to the
+front of the queue, then leases up to n requests.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import scripts
+from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
+from ..connection import is_cluster
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The keys of one shard of the queue, all in one slot."""
+
+    queue: str
+
+    @property
+    def leases(self) -> str:
+        return f"{self.queue}:leases"
+
+    @property
+    def expiries(self) -> str:
+        return f"{self.queue}:expiries"
+
+    @property
+    def counters(self) -> str:
+        return f"{self.queue}:counters"
+
+    def list_key(self, priority: int | str) -> str:
+        return f"{self.queue}:{priority}"
+
+    @property
+    def lease_keys(self) -> list[str]:
+        return [self.queue, self.leases, self.expiries, self.counters]
+
+
+@dataclass
+class Leased:
+    """What one call to a shard answered."""
+
+    #: Priorities with requests waiting in the shard, and leases held there (by any
+    #: worker), after the call.
+    waiting: int
+    held: int
+    #: Leases of dead workers this call returned to the queue.
+    reclaimed: int
+    #: The requests leased: (lease id, priority, entry).
+    requests: list[tuple[str, int, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class ShardCounts:
+    """What ``dedup-info`` shows of a shard."""
+
+    queue: str
+    waiting: int
+    held: int
+    #: Lease ids per worker (the part before the last ':').
+    held_by: dict[str, int]
+    #: Seconds until the oldest lease ends (< 0: ended, not yet reclaimed), or None.
+    oldest_lease_ends_in: float | None
+    reclaimed: int
+    memory_bytes: int
+
+
+class FrontierQueue:
+    """The queue's shards on ``server``: one at ``anchors[0]``'s slot on a single
+    server; on a Cluster one per distinct slot of ``anchors`` (the dupefilter's
+    groups)."""
+
+    def __init__(self, server: Any, anchors: Sequence[str]) -> None:
+        self.server = server
+        self.cluster = is_cluster(server)
+        shards: dict[int, Shard] = {}
+        for anchor in anchors if self.cluster else anchors[:1]:
+            shards.setdefault(slot_of(anchor), Shard(frontier_key(anchor)))
+        self.shards = list(shards.values())
+        self._by_slot = shards
+        #: This worker's lease ids start with it (and count up).
+        self.worker = f"{secrets.token_hex(4)}:"
+        self._next_id = 1
+
+    def shard_for(self, key: str) -> Shard:
+        """The shard in ``key``'s slot (a record call's first key); the one shard on a
+        single server."""
+        if not self.cluster:
+            return self.shards[0]
+        return self._by_slot[slot_of(key)]
+
+    def push(self, shard: Shard, requests: Sequence[tuple[int, bytes]]) -> int:
+        """Enqueue ``(priority, entry)`` pairs unrecorded (dont_filter, a takeover);
+        one call per 1,000."""
+        pushed = 0
+        for batch in chunks(requests):
+            args: list[Any] = [x for priority, entry in batch for x in (priority, entry)]
+            pushed += int(scripts.FRONTIER_PUSH(self.server, [shard.queue], [*args, 0]))
+        return pushed
+
+    def call(
+        self,
+        shard: Shard,
+        lease_ms: int,
+        take: int = 0,
+        acks: Sequence[str] = (),
+        renew: Sequence[str] = (),
+        release: Sequence[str] = (),
+    ) -> Leased:
+        """One call to ``shard``: acknowledge ``acks``, renew ``renew`` for ``lease_ms``,
+        give back ``release``, reclaim expired leases, then lease up to ``take``."""
+        first = self._next_id
+        args: list[Any] = [lease_ms, take, self.worker, first]
+        for ids in (acks, renew, release):
+            args += [len(ids), *ids]
+        answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
+        requests = []
+        for i in range(3, len(answer), 2):
+            n = (i - 3) // 2
+            requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
+        self._next_id = first + len(requests)
+        return Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests)
+
+    # -- seen from outside ---------------------------------------------------------------
+
+    def keys_of(self, shard: Shard) -> list[str]:
+        """The shard's keys that exist."""
+        priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
+        keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
+        keys += [shard.leases, shard.expiries, shard.counters]
+        pipe = self.server.pipeline(transaction=False)
+        for key in keys:
+            pipe.exists(key)
+        return [key for key, there in zip(keys, pipe.execute()) if there]
+
+    def counts(self, shard: Shard) -> ShardCounts:
+        server = self.server
+        priorities = [as_str(p) for p in server.zrange(shard.queue, 0, -1)]
+        pipe = server.pipeline(transaction=False)
+        for p in priorities:
+            pipe.llen(shard.list_key(p))
+        waiting = sum(int(n) for n in pipe.execute()) if priorities else 0
+        ids = [as_str(i) for i in server.hkeys(shard.leases)]
+        held_by: dict[str, int] = {}
+        for lease_id in ids:
+            worker = lease_id.rpartition(":")[0]
+            held_by[worker] = held_by.get(worker, 0) + 1
+        oldest = server.zrange(shard.expiries, 0, 0, withscores=True)
+        ends_in = None
+        if oldest:
+            seconds, micros = server.time()
+            ends_in = float(oldest[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
+        reclaimed = int(server.hget(shard.counters, "reclaimed") or 0)
+        memory = memory_usage(server, self.keys_of(shard))
+        return ShardCounts(shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory)
+
+    def clear(self) -> int:
+        """Delete every request waiting or leased, and the counters: how many keys."""
+        deleted = 0
+        for shard in self.shards:
+            keys = self.keys_of(shard)  # (one shard's keys share a slot)
+            if keys:
+                deleted += int(self.server.delete(*keys))
+        return deleted

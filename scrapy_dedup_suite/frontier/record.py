@@ -1,0 +1,104 @@
+"""Record requests' fingerprints and enqueue the new ones' requests in the same call.
+
+A request recorded by the dupefilter and not yet in the queue is lost if the worker
+dies there: its parent, fetched again, finds it seen. So each add call of the
+dupefilter's backend also pushes, in the same script run, the request of every
+fingerprint it wrote as new: the backend's add script, wrapped (``lua/frontier.lua``):
+the frontier's key and arguments are taken off KEYS and ARGV, the add script runs as
+it does alone, then its answers say which requests to push. One call per slot group,
+as the dupefilter's own batches; on a Cluster, each call's queue shard is in its slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..backends import calls
+from ..backends.base import DedupBackend
+from ..backends.calls import Call, FailedCall, one_call
+from ..exceptions import DedupConfigError
+from ..scripts import SET_ADD, LuaScript
+from .queue import FrontierQueue
+
+#: A request to enqueue: its priority and its entry (:mod:`.codec`).
+Queued = tuple[int, bytes]
+
+
+class EnqueueScript(LuaScript):
+    """An add script that also enqueues: after NOSCRIPT, the backend reopens (which
+    loads its own scripts) and this one is loaded too."""
+
+    def reload(self, client: Any, on_noscript: Callable[[], None] | None = None) -> None:
+        if on_noscript is not None:
+            on_noscript()
+        self.load(client)
+
+
+_BY_SCRIPT: dict[str, EnqueueScript] = {}
+
+
+def enqueueing(script: LuaScript) -> EnqueueScript:
+    """``script`` (an add script: one answer per fingerprint, in order) that also
+    pushes the requests of the fingerprints it wrote as new."""
+    made = _BY_SCRIPT.get(script.sha)
+    if made is None:
+        first, _, rest = script.body.partition("\n")
+        text = (
+            f"{first}, frontier\n"
+            "local frontier_taken = frontier_take()\n"
+            f"local function dedup_add()\n{rest}\nend\n"
+            "return frontier_enqueue(frontier_taken, dedup_add())\n"
+        )
+        made = _BY_SCRIPT[script.sha] = EnqueueScript(f"{script.name}+enqueue", text)
+    return made
+
+
+def record_and_enqueue(
+    backend: DedupBackend,
+    queue: FrontierQueue,
+    fingerprints: Sequence[str],
+    expires: Sequence[float | None],
+    requests: Sequence[Queued],
+) -> tuple[list[bool | None], list[FailedCall]]:
+    """For each fingerprint: True if it was seen; False if it was new, recorded, and
+    its request enqueued in the same call; None if its call failed (the failed calls
+    follow, as :meth:`DedupBackend.try_check_and_add_many` gives them: a call the
+    server refused wrote nothing, one whose connection broke may have run, all of it)."""
+    layout = backend.layout
+    if layout is None:
+        if backend.name != "set":
+            raise DedupConfigError(
+                f"The {backend.name} backend has no layout, so the frontier cannot record "
+                "and enqueue in one call with it; use another DEDUP_BACKEND or Scrapy's "
+                "scheduler"
+            )
+        return one_call(lambda: _set_call(backend, queue, fingerprints, requests), fingerprints)
+
+    def extend(script: LuaScript, planned: list[Call]) -> tuple[LuaScript, list[Call]]:
+        out: list[Call] = []
+        for keys, args, indices in planned:
+            tail = [x for i in indices for x in requests[i]]
+            shard = queue.shard_for(keys[0])
+            out.append(([*keys, shard.queue], [*args, *tail, len(args)], indices))
+        return enqueueing(script), out
+
+    answers, failed = calls.add_answers(backend, fingerprints, expires, extend)
+    for answer in answers:
+        if answer is not None and answer < 0:
+            layout.grown(answer)
+    return [None if answer is None else answer > 0 for answer in answers], failed
+
+
+def _set_call(
+    backend: DedupBackend,
+    queue: FrontierQueue,
+    fingerprints: Sequence[str],
+    requests: Sequence[Queued],
+) -> list[bool]:
+    """scrapy-redis's set: one key, so one call (its queue shard in the set's slot)."""
+    tail = [x for request in requests for x in request]
+    keys = [backend.key, queue.shard_for(backend.key).queue]
+    args = [*fingerprints, *tail, len(fingerprints)]
+    answers = calls.run(backend, enqueueing(SET_ADD), keys, args)
+    return [bool(answer) for answer in answers]

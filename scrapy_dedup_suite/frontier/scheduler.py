@@ -1,0 +1,491 @@
+"""``Scheduler``: the crawl's frontier in Redis, a drop-in for scrapy-redis's scheduler
+that loses no page on kill -9.
+
+    SCHEDULER = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+
+A request a worker takes is leased, not popped (:mod:`.queue`); it is acknowledged once
+Scrapy is done with it: its response parsed and every request its callback yielded
+recorded and enqueued, each in the same call as its record (:mod:`.record`). A kill
+between the two leaves the parent to be fetched again, never its children lost. A
+live worker renews its leases every third of FRONTIER_LEASE; a dead worker's go back
+to the front of the queue when their lease ends, by the next call of any worker.
+A graceful close gives back what was taken and not started.
+
+Round trips: one call per request recorded (as the dupefilter alone), one call per
+FRONTIER_PREFETCH requests taken, which also carries the acknowledgements; the idle
+checks look at most once a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.misc import load_object
+from twisted.internet import task
+
+from ..backends.calls import FailedCall
+from ..connection import is_cluster
+from ..dupefilter import RFPDupeFilter
+from ..exceptions import DedupConfigError
+from ..middleware import engine_slot
+from ..settings_table import read
+from .codec import RequestCodec, RequestEncodingError, serializer
+from .queue import FrontierQueue, Shard
+from .record import enqueueing, record_and_enqueue
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: The dupefilters this scheduler replaces by its own (the same set, the same keys).
+REPLACED = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
+#: The most often the idle checks look at the queue in Redis (seconds).
+LOOK_EVERY = 1.0
+
+
+@dataclass
+class Prepared:
+    """Requests on their way to one record-and-enqueue: what is sent, and per request
+    what is known (True: new and enqueued, False: seen, None: not yet)."""
+
+    requests: list[tuple[Request, bytes]]
+    out: list[bool | None]
+    todo: list[int] = field(default_factory=list)
+    fingerprints: list[str] = field(default_factory=list)
+    expires: list[float | None] = field(default_factory=list)
+    queued: list[tuple[int, bytes]] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrontierOptions:
+    persist: bool
+    flush_on_start: bool
+    idle_before_close: float
+    queue_key: str
+    lease: float
+    prefetch: int
+    serializer: Any
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FrontierOptions:
+        prefetch = read(settings, "FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
+        return cls(
+            persist=read(settings, "SCHEDULER_PERSIST"),
+            flush_on_start=read(settings, "SCHEDULER_FLUSH_ON_START"),
+            idle_before_close=read(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
+            queue_key=read(settings, "SCHEDULER_QUEUE_KEY"),
+            lease=read(settings, "FRONTIER_LEASE"),
+            prefetch=max(1, prefetch),
+            serializer=serializer(read(settings, "SCHEDULER_SERIALIZER")),
+        )
+
+
+def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
+    """This package's dupefilter, as DUPEFILTER_CLASS names it (Scrapy's and
+    scrapy-redis's are replaced by it: its default backend is scrapy-redis's set)."""
+    path = crawler.settings.get("DUPEFILTER_CLASS")
+    cls = load_object(path) if path else RFPDupeFilter
+    if isinstance(cls, type) and issubclass(cls, RFPDupeFilter):
+        return cls.from_crawler(crawler)
+    if f"{cls.__module__}.{cls.__qualname__}" in REPLACED:
+        return RFPDupeFilter.from_crawler(crawler)
+    raise DedupConfigError(
+        f"The frontier scheduler records and enqueues each request in one Redis call, "
+        f"through this package's dupefilter; DUPEFILTER_CLASS is {path!r}: set "
+        'DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter" (DEDUP_BACKEND '
+        "chooses its storage)"
+    )
+
+
+class Scheduler(BaseScheduler):
+    """The frontier (see the module's docstring)."""
+
+    def __init__(self, crawler: Crawler, df: RFPDupeFilter, options: FrontierOptions) -> None:
+        self.crawler = crawler
+        self.df = df
+        self.options = options
+        self.stats = crawler.stats
+        self.server = df.backend.server
+        self.spider: Spider | None = None
+        self.codec = RequestCodec(None, options.serializer)
+        self.queue: FrontierQueue | None = None
+        self.lease_ms = max(1, round(options.lease * 1000))
+        self.clock: Callable[[], float] = time.monotonic
+        #: Leased and not yet handed to the engine: (request, shard, lease id).
+        self._taken: deque[tuple[Request, Shard, str]] = deque()
+        #: Handed to the engine and not yet done.
+        self._in_flight: dict[Request, tuple[Shard, str]] = {}
+        #: Leases done, to acknowledge with the next call to their shard.
+        self._acks: dict[Shard, list[str]] = {}
+        #: Requests whose record-and-enqueue call failed: tried again before anything
+        #: is acknowledged (their parent among it).
+        self._unpushed: list[tuple[Request, bytes]] = []
+        #: Requests BatchDedupMiddleware had recorded and enqueued, on their way here.
+        self._enqueued: set[Request] = set()
+        self._next_shard = 0
+        #: Per shard, what its last call said: priorities waiting, leases other workers
+        #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.
+        self._seen: dict[Shard, tuple[int, int, float]] = {}
+        self._empty_since: float | None = None
+        self._renewing: task.LoopingCall | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        options = FrontierOptions.from_settings(crawler.settings)
+        return cls(crawler, dupefilter_for(crawler), options)
+
+    def __len__(self) -> int:
+        """Requests taken and not started, here; the queue's count is ``dedup-info``'s."""
+        return len(self._taken)
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def open(self, spider: Spider) -> None:
+        self.spider = spider
+        self.codec.spider = spider
+        df = self.df
+        df.open()
+        backend = df.backend
+        anchors = getattr(backend, "stamp_keys", None) or [backend.key]
+        if not is_cluster(self.server):
+            anchors = [self.options.queue_key % {"spider": spider.name}]
+        self.queue = FrontierQueue(self.server, anchors)
+        if backend.layout is not None:
+            enqueueing(backend.layout.add_script).load(self.server)
+        if self.options.flush_on_start:
+            self.flush()
+        self._watch_engine()
+        self._renewing = task.LoopingCall(self._renew)
+        self._renewing.start(self.options.lease / 3, now=False)
+        waiting, held = self._look()
+        logger.info(
+            "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
+            len(self.queue.shards),
+            self.queue.shards[0].queue,
+            "requests waiting" if waiting else "no request waiting",
+            held,
+        )
+
+    def close(self, reason: str) -> None:
+        if self._renewing is not None and self._renewing.running:
+            self._renewing.stop()
+        if self._unpushed:
+            self._push_unpushed()
+        if self._unpushed:
+            logger.error(
+                "%d request(s) could not be recorded and enqueued before the close; the "
+                "pages that yielded them stay leased and will be fetched again",
+                len(self._unpushed),
+            )
+            self._acks.clear()
+        released: dict[Shard, list[str]] = {}
+        for _, shard, lease_id in self._taken:
+            released.setdefault(shard, []).append(lease_id)
+        self._taken.clear()
+        for shard in {*released, *self._acks}:
+            try:
+                self._call(shard, 0, release=released.get(shard, ()))
+            except Exception as exc:  # their leases end and go back by themselves
+                logger.warning("Could not give back the frontier's leases at close: %s", exc)
+        self._count("frontier/released", sum(len(ids) for ids in released.values()))
+        if not self.options.persist:
+            self.flush()
+        self.df.close(reason)
+
+    def flush(self) -> None:
+        """Delete the queue and the fingerprints (SCHEDULER_FLUSH_ON_START, and the close
+        without SCHEDULER_PERSIST)."""
+        assert self.queue is not None
+        self.queue.clear()
+        self.df.clear()
+
+    def _watch_engine(self) -> None:
+        """Acknowledge a request when the engine is done with it: when it leaves the
+        engine's set of requests in progress, after its response was parsed and what
+        the callback yielded was scheduled (or its failure handled)."""
+        slot = engine_slot(self.crawler)
+        inprogress = getattr(slot, "inprogress", None)
+        if not isinstance(inprogress, set):
+            raise DedupConfigError(
+                "The frontier scheduler cannot see when this Scrapy's engine is done with a "
+                "request (no engine slot with a set of requests in progress); use Scrapy "
+                ">= 2.13 or another SCHEDULER"
+            )
+        done = self._done
+
+        class InProgress(set):  # type: ignore[type-arg]
+            def remove(self, request: Any) -> None:
+                super().remove(request)
+                done(request)
+
+        slot.inprogress = InProgress(inprogress)
+
+    # -- requests in -------------------------------------------------------------------
+
+    def _encode(self, request: Request) -> bytes | None:
+        try:
+            return self.codec.encode(request, priority_apart=True)
+        except RequestEncodingError as exc:
+            logger.error("%s", exc, extra={"spider": self.spider})
+            self._count("frontier/unencodable")
+            return None
+
+    def enqueue_request(self, request: Request) -> bool:
+        if request in self._enqueued:  # a batch recorded and enqueued it
+            self._enqueued.discard(request)
+            return True
+        entry = self._encode(request)
+        if entry is None:
+            return False
+        if self._unpushed:
+            self._push_unpushed()
+        new = self._record([(request, entry)])[0]
+        if new is None:
+            self._unpushed.append((request, entry))
+            return True
+        if not new:
+            self.df.log(request, self.spider)  # type: ignore[arg-type]
+            return False
+        self._count("scheduler/enqueued/redis")
+        self._count("frontier/enqueued")
+        self._seen.clear()
+        return True
+
+    def _record(self, requests: list[tuple[Request, bytes]]) -> list[bool | None]:
+        """Record and enqueue: per request True if it was new and is enqueued, False if
+        seen, None if its call failed."""
+        batch = self.prepare(requests)
+        return self.account(batch, self.send(batch))
+
+    def prepare(self, requests: list[tuple[Request, bytes]]) -> Prepared:
+        """What :meth:`send` sends for ``requests`` (on the reactor thread: the
+        fingerprinter and the local cache are not thread-safe); dont_filter requests
+        are pushed unrecorded here."""
+        assert self.queue is not None
+        df = self.df
+        batch = Prepared(requests, [None] * len(requests))
+        for i, (request, entry) in enumerate(requests):
+            if request.dont_filter:
+                shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
+                self._next_shard += 1
+                try:
+                    self.queue.push(shard, [(request.priority, entry)])
+                    batch.out[i] = True
+                except Exception as exc:  # kept and tried again
+                    self._failed(exc)
+                continue
+            fp = df.fingerprint_of(request)
+            if df.known is not None and fp in df.known:
+                df.counts.filtered(0, cached=1)
+                batch.out[i] = False
+                continue
+            batch.todo.append(i)
+            batch.fingerprints.append(fp)
+            batch.expires.append(df.expiry.of(request) if df.uses_expire else None)
+            batch.queued.append((request.priority, entry))
+        return batch
+
+    def send(self, batch: Prepared) -> list[bool | None]:
+        """The record-and-enqueue calls of ``batch`` (blocking, touching no stats: safe in
+        a thread): per fingerprint sent, seen, new, or None where its call failed."""
+        if not batch.todo:
+            return []
+        assert self.queue is not None
+        try:
+            seen, failed = record_and_enqueue(
+                self.df.backend, self.queue, batch.fingerprints, batch.expires, batch.queued
+            )
+        except Exception as exc:  # whatever the client raised: kept, tried again
+            seen, failed = [None] * len(batch.todo), [FailedCall(batch.todo, exc)]
+        batch.errors = [call.error for call in failed]
+        return seen
+
+    def account(self, batch: Prepared, seen: list[bool | None]) -> list[bool | None]:
+        """Count what :meth:`send` answered (on the reactor thread)."""
+        df = self.df
+        for error in batch.errors:
+            self._failed(error)
+        for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
+            if answer is None:
+                continue
+            batch.out[i] = not answer
+            if df.known is not None:
+                df.known.add(fp)
+            df.counts.counted(answer)
+        return batch.out
+
+    def enqueue_many(self, requests: Sequence[Request]) -> Prepared:
+        """For BatchDedupMiddleware: encode ``requests`` (those that cannot be are
+        logged and left out) and prepare their one call per slot group."""
+        encoded = []
+        for request in requests:
+            entry = self._encode(request)
+            if entry is not None:
+                encoded.append((request, entry))
+        return self.prepare(encoded)
+
+    def enqueued_many(self, batch: Prepared, seen: list[bool | None]) -> list[Request]:
+        """After :meth:`send`: the requests to pass on (the new ones, already enqueued:
+        :meth:`enqueue_request` lets them through without a call); the seen ones are
+        logged as filtered, the failed ones kept and tried again."""
+        out = []
+        for (request, entry), new in zip(batch.requests, self.account(batch, seen)):
+            if new is None:
+                self._unpushed.append((request, entry))
+            elif new:
+                self._enqueued.add(request)
+                self._count("scheduler/enqueued/redis")
+                self._count("frontier/enqueued")
+                self._seen.clear()
+                out.append(request)
+            else:
+                self.df.log(request, self.spider)  # type: ignore[arg-type]
+        return out
+
+    def _failed(self, error: Exception) -> None:
+        self._count("frontier/failed_calls")
+        logger.warning(
+            "The frontier could not record and enqueue a request (kept, tried again; "
+            "nothing is acknowledged meanwhile): %s",
+            error,
+        )
+
+    def _push_unpushed(self) -> None:
+        unpushed, self._unpushed = self._unpushed, []
+        for (request, entry), new in zip(unpushed, self._record(unpushed)):
+            if new is None:
+                self._unpushed.append((request, entry))
+
+    # -- requests out ------------------------------------------------------------------
+
+    def next_request(self) -> Request | None:
+        if not self._taken:
+            self._take()
+        if not self._taken:
+            return None
+        request, shard, lease_id = self._taken.popleft()
+        self._in_flight[request] = (shard, lease_id)
+        self._count("scheduler/dequeued/redis")
+        return request
+
+    def _take(self) -> None:
+        """Lease up to FRONTIER_PREFETCH requests from the next shard that may have some
+        (one call on a single server; a shard found empty less than LOOK_EVERY ago is
+        passed over, unless this worker enqueued since)."""
+        assert self.queue is not None
+        shards = self.queue.shards
+        now = self.clock()
+        for _ in range(len(shards)):
+            shard = shards[self._next_shard % len(shards)]
+            self._next_shard += 1
+            seen = self._seen.get(shard)
+            if seen is not None and not seen[0] and now - seen[2] < LOOK_EVERY:
+                continue
+            try:
+                leased = self._call(shard, self.options.prefetch)
+            except Exception as exc:  # Redis away: nothing taken; the engine asks again
+                logger.warning("The frontier could not lease requests: %s", exc)
+                return
+            for lease_id, priority, entry in leased.requests:
+                try:
+                    request = self.codec.decode(entry, priority)
+                except RequestEncodingError as exc:  # not lost: its lease ends, it goes
+                    logger.error("%s", exc)  # back, and this error says so again
+                    continue
+                self._taken.append((request, shard, lease_id))
+            if leased.requests:
+                self._count("frontier/leased", len(leased.requests))
+                return
+
+    def _call(self, shard: Shard, take: int, release: Any = ()) -> Any:
+        """One call to ``shard``, carrying its acknowledgements (none while a request
+        waits to be recorded: its parent may be among them) and renewing nothing."""
+        assert self.queue is not None
+        acks = [] if self._unpushed else self._acks.pop(shard, [])
+        try:
+            leased = self.queue.call(shard, self.lease_ms, take, acks, (), release)
+        except Exception:
+            if acks:
+                self._acks.setdefault(shard, []).extend(acks)
+            raise
+        self._count("frontier/acknowledged", len(acks))
+        self._count("frontier/reclaimed", leased.reclaimed)
+        ours = sum(1 for s, _ in self._in_flight.values() if s == shard)
+        ours += sum(1 for _, s, _ in self._taken if s == shard)
+        self._seen[shard] = (leased.waiting, leased.held - ours, self.clock())
+        return leased
+
+    def _done(self, request: Request) -> None:
+        held = self._in_flight.pop(request, None)
+        if held is not None:
+            self._acks.setdefault(held[0], []).append(held[1])
+
+    def _renew(self) -> None:
+        """Every third of the lease: renew what this worker holds, acknowledge what it
+        is done with."""
+        assert self.queue is not None
+        held: dict[Shard, list[str]] = {}
+        for shard, lease_id in self._in_flight.values():
+            held.setdefault(shard, []).append(lease_id)
+        for _, shard, lease_id in self._taken:
+            held.setdefault(shard, []).append(lease_id)
+        if self._unpushed:
+            self._push_unpushed()
+        for shard in {*held, *self._acks}:
+            acks = [] if self._unpushed else self._acks.pop(shard, [])
+            try:
+                self.queue.call(shard, self.lease_ms, 0, acks, held.get(shard, ()))
+            except Exception as exc:
+                self._acks.setdefault(shard, []).extend(acks)
+                logger.warning("The frontier could not renew its leases: %s", exc)
+                continue
+            self._count("frontier/acknowledged", len(acks))
+
+    # -- idle --------------------------------------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        """Requests here, or in Redis, or leased by another worker (whose pages may
+        yield more); from what the shards' last calls said, each looked at again when
+        that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
+        if self._taken or self._unpushed:
+            return True
+        try:
+            waiting, held = self._look()
+        except Exception as exc:  # Redis away: say pending, and look again later
+            logger.warning("The frontier could not look at the queue: %s", exc)
+            return True
+        now = self.clock()
+        if waiting or held:
+            self._empty_since = None
+            return True
+        if self._empty_since is None:
+            self._empty_since = now
+        return now - self._empty_since < self.options.idle_before_close
+
+    def _look(self) -> tuple[int, int]:
+        """Priorities waiting and leases other workers hold, over every shard, each
+        shard called again if what it last said is older than LOOK_EVERY (acknowledging
+        what this worker is done with)."""
+        assert self.queue is not None
+        waiting = held = 0
+        for shard in self.queue.shards:
+            seen = self._seen.get(shard)
+            if seen is None or self.clock() - seen[2] >= LOOK_EVERY:
+                self._call(shard, 0)
+                seen = self._seen[shard]
+            waiting += seen[0]
+            held += seen[1]
+        return waiting, held
+
+    def _count(self, name: str, n: int = 1) -> None:
+        if n and self.stats is not None:
+            self.stats.inc_value(name, n)

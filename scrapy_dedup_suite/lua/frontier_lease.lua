@@ -1,0 +1,82 @@
+-- include: prelude, frontier
+-- A worker's one call to a shard of the frontier: acknowledge, renew and give back
+-- the leases it names, return to the queue what a dead worker held past its lease,
+-- then lease up to n requests.
+-- KEYS[1]: the shard's queue (frontier.lua), KEYS[2]: its leases (a hash: lease id ->
+-- priority, a space, the entry), KEYS[3]: their expiries (a sorted set: lease id ->
+-- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed).
+-- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
+-- ARGV[4]: the number of its first new lease; then three lists, each its length first:
+-- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
+-- released (taken but not started, at a graceful close).
+-- Returns {priorities waiting, leases held, reclaimed by this call, then per request
+-- leased: its priority and entry}; the i-th leased has id prefix .. (ARGV[4] + i - 1).
+local queue, leases, expiries, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local prefix, first = ARGV[3], tonumber(ARGV[4])
+dedup_check_type(leases, 'hash', 'the frontier leases')
+dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
+dedup_check_type(counters, 'hash', 'the frontier counters')
+local lists, at = {}, 5
+for l = 1, 3 do
+  local len = tonumber(ARGV[at])
+  local ids = {}
+  for i = 1, len do ids[i] = ARGV[at + i] end
+  lists[l], at = ids, at + len + 1
+end
+local now = dedup_now_ms()
+local expired = rcall('ZRANGEBYSCORE', expiries, '-inf', now, 'LIMIT', 0, 100)
+-- What goes back to the queue, read first: every list it goes to is checked before
+-- the first write.
+local back, priorities = {}, {}
+local function give_back(ids)
+  for _, id in ipairs(ids) do
+    local held = rcall('HGET', leases, id)
+    if held then
+      local space = string.find(held, ' ', 1, true)
+      local priority = string.sub(held, 1, space - 1)
+      back[#back + 1] = { id, priority, string.sub(held, space + 1) }
+      priorities[priority] = true
+    end
+  end
+end
+give_back(lists[3])
+local released = #back
+give_back(expired)
+frontier_check(queue, priorities)
+for _, id in ipairs(lists[1]) do
+  rcall('HDEL', leases, id)
+  rcall('ZREM', expiries, id)
+end
+for _, id in ipairs(lists[2]) do
+  rcall('ZADD', expiries, 'XX', now + lease_ms, id)
+end
+for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their order)
+  local id, priority, entry = back[i][1], back[i][2], back[i][3]
+  frontier_push(queue, priority, entry, true)
+  rcall('HDEL', leases, id)
+  rcall('ZREM', expiries, id)
+end
+local reclaimed = #back - released
+if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
+local out = { 0, 0, reclaimed }
+local taken = 0
+while taken < n do
+  local top = rcall('ZRANGE', queue, 0, 0)[1]
+  if not top then break end
+  local list = frontier_list(queue, top)
+  dedup_check_type(list, 'list', 'the frontier list')
+  local got = rcall('LPOP', list, n - taken)
+  if not got or rcall('LLEN', list) == 0 then rcall('ZREM', queue, top) end
+  for _, entry in ipairs(got or {}) do
+    local id = prefix .. (first + taken)
+    rcall('HSET', leases, id, top .. ' ' .. entry)
+    rcall('ZADD', expiries, now + lease_ms, id)
+    out[#out + 1] = top
+    out[#out + 1] = entry
+    taken = taken + 1
+  end
+end
+out[1] = rcall('ZCARD', queue)
+out[2] = rcall('HLEN', leases)
+return out
