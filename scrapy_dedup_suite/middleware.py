@@ -288,9 +288,12 @@ class BatchDedupMiddleware:
             scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
             if scheduler is None:
                 return None  # the engine has not opened the spider yet: look again later
-            self._frontier = isinstance(scheduler, Scheduler) and self._placed_last()
+            # (By its class's MRO: Scrapy's BaseScheduler makes isinstance() true for any
+            # object with a scheduler's three methods.)
+            ours = Scheduler in type(scheduler).__mro__
+            self._frontier = ours and self._placed_last()
             self._frontier_scheduler = scheduler
-            self._looked_up |= isinstance(scheduler, Scheduler)  # (no dupefilter then)
+            self._looked_up |= ours  # (no dupefilter then)
         return self._frontier_scheduler if self._frontier else None
 
     async def _enqueue(self, frontier: Any, requests: Sequence[Request]) -> Checked:

@@ -201,6 +201,7 @@ STAMP_SWITCH = LuaScript("stamp_switch")
 RECORD_SWITCH = LuaScript("record_switch")
 FRONTIER_PUSH = LuaScript("frontier_push")
 FRONTIER_LEASE = LuaScript("frontier_lease")
+FRONTIER_TAKEOVER = LuaScript("frontier_takeover")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

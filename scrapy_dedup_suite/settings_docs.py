@@ -1,8 +1,8 @@
 """The documentation's settings tables, made from the settings table.
 
-``python -m scrapy_dedup_suite.settings_docs --write docs/settings.md docs/operations.md``
-rewrites each ``<!-- settings:NAME -->`` block of those pages (a test fails when a page
-and the table differ); without arguments, prints the tables.
+``python -m scrapy_dedup_suite.settings_docs --write docs/settings.md docs/operations.md
+docs/frontier.md`` rewrites each ``<!-- settings:NAME -->`` block of those pages (a test
+fails when a page and the table differ); without arguments, prints the tables.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _backend_names() -> str:
 
 
 def reference(table: str = "main") -> str:
-    """The documentation's settings table ``table`` ("main" or "janitor"), in Markdown."""
+    """The documentation's settings table ``table`` ("main", "janitor" or "frontier"),
+    in Markdown."""
     heading = "setting" if table == "main" else f"{table} setting"
     lines = [f"| {heading} | default | meaning |", "|---|---|---|"]
     for setting in TABLE:
@@ -61,7 +62,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m scrapy_dedup_suite.settings_docs [--write FILE...]")
         return 2
     print(reference("main"))
-    print(reference("janitor"), end="")
+    print(reference("janitor"))
+    print(reference("frontier"), end="")
     return 0
 
 

@@ -158,7 +158,7 @@ class Setting:
     #: The default as the docs show it, when ``repr(default)`` is not how to say it
     #: (``{default_keys}``: each backend's default key, filled in by settings_docs).
     shown: str = ""
-    #: "main" or "janitor": which of the documentation's tables lists it.
+    #: "main", "janitor" or "frontier": which of the documentation's tables lists it.
     table: str = "main"
     #: "scrapy" or "scrapy-redis" for their settings, read as they read them.
     owner: str = ""

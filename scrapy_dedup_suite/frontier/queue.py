@@ -31,6 +31,7 @@ from typing import Any
 from .. import scripts
 from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
 from ..connection import is_cluster
+from ..exceptions import DedupConfigError
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,29 @@ class FrontierQueue:
         self.worker = f"{secrets.token_hex(4)}:"
         self._next_id = 1
 
+    @classmethod
+    def for_backend(cls, backend: Any, queue_key: str) -> FrontierQueue:
+        """The queue beside ``backend``'s fingerprints: at ``queue_key`` on a single
+        server; on a Cluster in the slot of each of its groups' stamps (the keys every
+        add call starts with), or of its key (``set``, one slot)."""
+        anchors = [queue_key]
+        if is_cluster(backend.server):
+            anchors = list(getattr(backend, "stamp_keys", None) or [backend.key])
+        return cls(backend.server, anchors)
+
     def shard_for(self, key: str) -> Shard:
         """The shard in ``key``'s slot (a record call's first key); the one shard on a
         single server."""
         if not self.cluster:
             return self.shards[0]
-        return self._by_slot[slot_of(key)]
+        shard = self._by_slot.get(slot_of(key))
+        if shard is None:
+            raise DedupConfigError(
+                f"The frontier has no queue shard in the slot of {key!r}: the backend's add "
+                "calls start with a key that is not one of its stamp_keys; give the backend "
+                "a stamp_keys list of every group's first key"
+            )
+        return shard
 
     def push(self, shard: Shard, requests: Sequence[tuple[int, bytes]]) -> int:
         """Enqueue ``(priority, entry)`` pairs unrecorded (dont_filter, a takeover);

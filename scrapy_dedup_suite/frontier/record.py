@@ -54,6 +54,13 @@ def enqueueing(script: LuaScript) -> EnqueueScript:
     return made
 
 
+def load_scripts(backend: DedupBackend) -> None:
+    """Load the scripts :func:`record_and_enqueue` calls with ``backend`` (at open: a
+    first call then finds them)."""
+    layout = backend.layout
+    enqueueing(SET_ADD if layout is None else layout.add_script).load(backend.server)
+
+
 def record_and_enqueue(
     backend: DedupBackend,
     queue: FrontierQueue,

@@ -30,14 +30,14 @@ from scrapy.utils.misc import load_object
 from twisted.internet import task
 
 from ..backends.calls import FailedCall
-from ..connection import is_cluster
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
 from ..middleware import engine_slot
 from ..settings_table import read
 from .codec import RequestCodec, RequestEncodingError, serializer
 from .queue import FrontierQueue, Shard
-from .record import enqueueing, record_and_enqueue
+from .record import load_scripts, record_and_enqueue
+from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -118,6 +118,7 @@ class Scheduler(BaseScheduler):
         self.spider: Spider | None = None
         self.codec = RequestCodec(None, options.serializer)
         self.queue: FrontierQueue | None = None
+        self.queue_key = ""
         self.lease_ms = max(1, round(options.lease * 1000))
         self.clock: Callable[[], float] = time.monotonic
         #: Leased and not yet handed to the engine: (request, shard, lease id).
@@ -155,14 +156,13 @@ class Scheduler(BaseScheduler):
         df = self.df
         df.open()
         backend = df.backend
-        anchors = getattr(backend, "stamp_keys", None) or [backend.key]
-        if not is_cluster(self.server):
-            anchors = [self.options.queue_key % {"spider": spider.name}]
-        self.queue = FrontierQueue(self.server, anchors)
-        if backend.layout is not None:
-            enqueueing(backend.layout.add_script).load(self.server)
+        self.queue_key = self.options.queue_key % {"spider": spider.name}
+        self.queue = FrontierQueue.for_backend(backend, self.queue_key)
+        load_scripts(backend)
         if self.options.flush_on_start:
             self.flush()
+        moved = take_over(self.queue, self.queue_key, self.codec, self.options.serializer)
+        self._count("frontier/taken_over", moved)
         self._watch_engine()
         self._renewing = task.LoopingCall(self._renew)
         self._renewing.start(self.options.lease / 3, now=False)
@@ -206,6 +206,8 @@ class Scheduler(BaseScheduler):
         without SCHEDULER_PERSIST)."""
         assert self.queue is not None
         self.queue.clear()
+        if old_queue(self.server, self.queue_key):  # scrapy-redis's, not yet taken over
+            self.server.delete(self.queue_key)
         self.df.clear()
 
     def _watch_engine(self) -> None:

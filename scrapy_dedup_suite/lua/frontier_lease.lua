@@ -24,7 +24,16 @@ for l = 1, 3 do
   for i = 1, len do ids[i] = ARGV[at + i] end
   lists[l], at = ids, at + len + 1
 end
+-- Acknowledgements and renewals first: a lease done, or renewed by the worker that
+-- holds it, is never given back, even one that ended.
 local now = dedup_now_ms()
+for _, id in ipairs(lists[1]) do
+  rcall('HDEL', leases, id)
+  rcall('ZREM', expiries, id)
+end
+for _, id in ipairs(lists[2]) do
+  rcall('ZADD', expiries, 'XX', now + lease_ms, id)
+end
 local expired = rcall('ZRANGEBYSCORE', expiries, '-inf', now, 'LIMIT', 0, 100)
 -- What goes back to the queue, read first: every list it goes to is checked before
 -- the first write.
@@ -44,13 +53,6 @@ give_back(lists[3])
 local released = #back
 give_back(expired)
 frontier_check(queue, priorities)
-for _, id in ipairs(lists[1]) do
-  rcall('HDEL', leases, id)
-  rcall('ZREM', expiries, id)
-end
-for _, id in ipairs(lists[2]) do
-  rcall('ZADD', expiries, 'XX', now + lease_ms, id)
-end
 for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their order)
   local id, priority, entry = back[i][1], back[i][2], back[i][3]
   frontier_push(queue, priority, entry, true)

@@ -1,0 +1,101 @@
+"""Take over a crawl that scrapy-redis's scheduler persisted: its queue at
+SCHEDULER_QUEUE_KEY (``%(spider)s:requests``: a sorted set for its PriorityQueue, a
+list for its FifoQueue and LifoQueue) moves into the frontier when the scheduler opens,
+a chunk at a time. Its dupefilter set needs no move: it is the ``set`` backend's key.
+
+On a single server each chunk moves in one script call: a request leaves the old queue
+in the call that enqueues it here, so a kill at any moment loses nothing and moves
+nothing twice, and workers opening at once share the work. On a Cluster the old queue
+and the frontier's shards are in different slots: a chunk is enqueued, then removed
+from the old queue, so a kill in between enqueues that chunk twice (its pages may be
+fetched twice; none is lost). Interrupted, the next open goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from scrapy.utils.request import request_from_dict
+
+from .. import scripts
+from ..backends.keys import as_str
+from ..exceptions import DedupConfigError
+from .codec import PickleSerializer, RequestCodec, Serializer
+from .queue import FrontierQueue
+
+logger = logging.getLogger(__name__)
+
+#: Requests moved per call.
+CHUNK = 500
+
+
+def take_over(
+    queue: FrontierQueue,
+    source: str,
+    codec: RequestCodec,
+    serializer: Serializer | None = None,
+    chunk: int = CHUNK,
+) -> int:
+    """Move every request of scrapy-redis's queue at ``source`` (read with
+    ``serializer``, scrapy-redis's: pickle unless SCHEDULER_SERIALIZER) into ``queue``;
+    how many were moved."""
+    server = queue.server
+    kind = as_str(server.type(source))
+    if kind == "none":
+        return 0
+    if kind not in ("zset", "list"):
+        raise DedupConfigError(
+            f"SCHEDULER_QUEUE_KEY {source!r} holds a {kind}, not scrapy-redis's queue (a "
+            "sorted set or a list); point SCHEDULER_QUEUE_KEY at another key, or move that "
+            "one away yourself"
+        )
+    old = serializer or PickleSerializer()
+    moved = turn = 0
+    while True:
+        if kind == "zset":  # the highest priority first, as scrapy-redis pops
+            members = server.zrange(source, 0, chunk - 1)
+        else:  # the oldest first: scrapy-redis pushes on the left (LIFO pops there too)
+            members = server.lrange(source, -chunk, -1)[::-1]
+        if not members:
+            break
+        args: list[Any] = []
+        for member in members:
+            request = _read(old, member, codec, source)
+            args += [member, request.priority, codec.encode(request, priority_apart=True)]
+        shard = queue.shards[turn % len(queue.shards)]
+        turn += 1
+        if queue.cluster:
+            queue.push(shard, [(args[i + 1], args[i + 2]) for i in range(0, len(args), 3)])
+            remove = server.zrem if kind == "zset" else _lrem(server)
+            remove(source, *members)
+            moved += len(members)
+        else:
+            moved += int(scripts.FRONTIER_TAKEOVER(server, [source, shard.queue], args))
+    if moved:
+        logger.info("Took over %d request(s) of scrapy-redis's queue %r", moved, source)
+    return moved
+
+
+def _read(serializer: Serializer, member: bytes, codec: RequestCodec, source: str) -> Any:
+    try:
+        return request_from_dict(serializer.loads(member), spider=codec.spider)
+    except Exception as exc:  # (whatever a foreign serializer or a damaged entry raises)
+        raise DedupConfigError(
+            f"A request of scrapy-redis's queue {source!r} cannot be read "
+            f"({type(exc).__name__}: {exc}); set SCHEDULER_SERIALIZER to the serializer it "
+            "was written with (it and the requests after it stay there)"
+        ) from None
+
+
+def old_queue(server: Any, source: str) -> bool:
+    """Whether ``source`` holds scrapy-redis's queue (a sorted set or a list)."""
+    return as_str(server.type(source)) in ("zset", "list")
+
+
+def _lrem(server: Any) -> Any:
+    def remove(key: str, *members: bytes) -> None:
+        for member in members:
+            server.lrem(key, -1, member)
+
+    return remove

@@ -1,0 +1,209 @@
+"""The frontier's queue on a real server (and cluster): a request is enqueued in the
+same call that records its fingerprint as new, leased, acknowledged, given back, and
+reclaimed when its lease ends."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import redis
+
+from scrapy_dedup_suite.backends.keys import slot_of
+from scrapy_dedup_suite.frontier.queue import FrontierQueue
+from scrapy_dedup_suite.frontier.record import record_and_enqueue
+
+ON_CLUSTER = True
+
+
+def fps(n: int, salt: str = "") -> list[str]:
+    return [hashlib.sha1(f"{salt}{i}".encode()).hexdigest() for i in range(n)]
+
+
+def queue_for(server, backend) -> FrontierQueue:
+    return FrontierQueue.for_backend(backend, "t:requests")
+
+
+def take_all(queue: FrontierQueue, lease_ms: int = 60_000) -> list[tuple[str, int, bytes]]:
+    got = []
+    for shard in queue.shards:
+        got += queue.call(shard, lease_ms, take=10_000).requests
+    return got
+
+
+def test_a_new_fingerprint_s_request_is_enqueued_in_its_call_and_a_seen_one_s_is_not(
+    server, make_backend, topology
+):
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    first = fps(40)
+    again = first[:10] + fps(5, "new")
+    requests = [(i % 3, f"r{i}".encode()) for i in range(40)]
+    seen, failed = record_and_enqueue(backend, queue, first, [None] * 40, requests)
+    assert failed == [] and seen == [False] * 40
+    more = [(0, f"again{i}".encode()) for i in range(15)]
+    seen, failed = record_and_enqueue(backend, queue, again, [None] * 15, more)
+    assert failed == [] and seen == [True] * 10 + [False] * 5
+    got = take_all(queue)
+    entries = sorted(entry for _, _, entry in got)
+    assert entries == sorted([e for _, e in requests] + [e for _, e in more[10:]])
+    assert all(priority == int(entry[1:]) % 3 for _, priority, entry in got if entry[:1] == b"r")
+    if topology == "cluster" and len(getattr(backend, "stamp_keys", ())) > 1:
+        assert len(queue.shards) > 1  # spread over the filter's slots
+        slots = {slot_of(shard.queue) for shard in queue.shards}
+        assert slots == {slot_of(key) for key in backend.stamp_keys}
+
+
+@pytest.mark.single_server
+def test_priorities_come_out_highest_first_and_in_order_within_one(server):
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"a"), (5, b"b"), (-3, b"c"), (5, b"d"), (0, b"e")])
+    got = queue.call(shard, 60_000, take=3).requests
+    assert [(p, e) for _, p, e in got] == [(5, b"b"), (5, b"d"), (0, b"a")]
+    got = queue.call(shard, 60_000, take=10).requests
+    assert [(p, e) for _, p, e in got] == [(0, b"e"), (-3, b"c")]
+    assert queue.call(shard, 60_000).waiting == 0
+
+
+@pytest.mark.single_server
+def test_an_unacknowledged_lease_that_ended_goes_back_to_the_front_and_an_acked_one_never(
+    server,
+):
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"a"), (0, b"b"), (0, b"c")])
+    dead = FrontierQueue(server, ["t:requests"])  # another worker
+    leased = dead.call(shard, 0, take=2).requests  # a lease of 0 ms: ended at once
+    assert [e for _, _, e in leased] == [b"a", b"b"]
+    done = leased[1][0]
+    dead.call(shard, 0, acks=[done])  # b acknowledged; a's lease has ended, unacked
+    answer = queue.call(shard, 60_000, take=10)
+    assert [e for _, _, e in answer.requests] == [b"a", b"c"]  # a back, in front
+    assert queue.counts(shard).reclaimed == 1
+    assert answer.reclaimed == 0  # (dead's own ack call reclaimed it)
+    assert queue.counts(shard).held == 2
+
+
+@pytest.mark.single_server
+def test_renewed_leases_are_not_reclaimed_and_released_ones_come_back_first(server):
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"a"), (0, b"b"), (0, b"c")])
+    leased = queue.call(shard, 0, take=2).requests
+    ids = [lease_id for lease_id, _, _ in leased]
+    queue.call(shard, 60_000, renew=ids)  # renewed before anyone reclaimed them
+    other = FrontierQueue(server, ["t:requests"])
+    assert [e for _, _, e in other.call(shard, 60_000, take=10).requests] == [b"c"]
+    queue.call(shard, 60_000, release=ids)
+    assert [e for _, _, e in other.call(shard, 60_000, take=10).requests] == [b"a", b"b"]
+    counts = queue.counts(shard)
+    assert counts.reclaimed == 0 and counts.held == 3 and counts.waiting == 0
+    assert set(counts.held_by) == {other.worker.rstrip(":")}
+
+
+@pytest.mark.single_server
+def test_a_queue_key_of_another_type_refuses_the_call_before_anything_is_recorded(
+    server, make_backend
+):
+    backend = make_backend()
+    backend.open()
+    queue = FrontierQueue(server, ["t:requests"])
+    server.set(queue.shards[0].queue, "not a queue")
+    seen, failed = record_and_enqueue(backend, queue, fps(3), [None] * 3, [(0, b"x")] * 3)
+    assert seen == [None] * 3 and len(failed) == 1
+    assert "WRONGTYPE" in str(failed[0].error)
+    assert backend.contains_many(fps(3)) == [False] * 3  # nothing recorded: nothing lost
+    assert server.get(queue.shards[0].queue) == b"not a queue"  # nor deleted
+
+
+def test_clearing_the_filter_leaves_the_queue_and_clearing_the_queue_leaves_the_filter(
+    server, make_backend
+):
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    record_and_enqueue(backend, queue, fps(20), [None] * 20, [(1, b"x")] * 20)
+    backend.clear()
+    assert len(take_all(queue, 0)) == 20
+    backend.open()
+    record_and_enqueue(backend, queue, fps(20, "b"), [None] * 20, [(1, b"y")] * 20)
+    assert queue.clear() > 0
+    assert take_all(queue) == []
+    assert backend.contains_many(fps(20, "b")) == [True] * 20
+
+
+@pytest.mark.single_server
+def test_the_frontier_s_script_is_loaded_again_after_a_flush(server, make_backend):
+    backend = make_backend()
+    backend.open()
+    queue = FrontierQueue(server, ["t:requests"])
+    record_and_enqueue(backend, queue, fps(2), [None] * 2, [(0, b"a"), (0, b"b")])
+    server.script_flush()
+    seen, failed = record_and_enqueue(backend, queue, fps(3), [None] * 3, [(0, b"c")] * 3)
+    assert failed == [] and seen == [True, True, False]
+    assert len(take_all(queue)) == 3
+
+
+def test_redis_errors_are_failed_calls_not_exceptions(server, make_backend):
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    backend.server = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens
+    seen, failed = record_and_enqueue(backend, queue, fps(2), [None] * 2, [(0, b"a")] * 2)
+    assert seen == [None, None] and failed
+
+
+class _Spider:
+    name = "site"
+
+    def parse(self, response):  # the callback the requests name
+        pass
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("kind", ["PriorityQueue", "FifoQueue", "LifoQueue"])
+def test_scrapy_redis_s_queue_is_taken_over_whole_with_its_priorities(server, kind):
+    from scrapy import Request
+    from scrapy_redis import queue as srq
+
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.takeover import take_over
+
+    spider = _Spider()
+    old = getattr(srq, kind)(server, spider, "%(spider)s:requests")
+    sent = [
+        Request(f"http://example.com/{i}", callback=spider.parse, priority=i % 4, meta={"n": i})
+        for i in range(1_203)
+    ]
+    for request in sent:
+        old.push(request)
+    queue = FrontierQueue(server, ["site:requests"])
+    codec = RequestCodec(spider)
+    assert take_over(queue, "site:requests", codec, chunk=500) == 1_203
+    assert not server.exists("site:requests")
+    got = take_all(queue)
+    back = [codec.decode(entry, priority) for _, priority, entry in got]
+    assert sorted((r.url, r.priority, r.meta["n"]) for r in back) == sorted(
+        (r.url, r.priority, r.meta["n"]) for r in sent
+    )
+    assert [r.priority for r in back] == sorted((r.priority for r in back), reverse=True)
+    assert all(r.callback == spider.parse for r in back)
+    assert take_over(queue, "site:requests", codec) == 0  # nothing left: nothing again
+
+
+@pytest.mark.single_server
+def test_a_takeover_refuses_an_unreadable_queue_and_leaves_it_there(server):
+    from scrapy_dedup_suite.exceptions import DedupConfigError
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.takeover import take_over
+
+    server.zadd("site:requests", {b"not a pickle": 0})
+    queue = FrontierQueue(server, ["site:requests"])
+    with pytest.raises(DedupConfigError, match="set SCHEDULER_SERIALIZER"):
+        take_over(queue, "site:requests", RequestCodec(_Spider()))
+    assert server.zcard("site:requests") == 1
+    server.set("other:requests", "x")
+    with pytest.raises(DedupConfigError, match="holds a string"):
+        take_over(queue, "other:requests", RequestCodec(_Spider()))

@@ -1,0 +1,167 @@
+"""Real crawls under the frontier scheduler, of a tree-shaped site where every page has
+exactly one inbound link, so a request lost is a page lost: the frontier downloads
+every page, with and without the batch path, and a worker killed with SIGKILL at any
+moment loses none (the others, or the next run, fetch its leased pages again)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from .helpers import ROOT, run_script, settings_for
+from .servers import Site, tree_links
+
+ON_CLUSTER = True
+
+BATCHED = {"SPIDER_MIDDLEWARES": {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}}
+
+
+@pytest.fixture(scope="module")
+def tree() -> Iterator[Site]:
+    site = Site(pages=300, links=5, linker=tree_links).start()
+    yield site
+    site.stop()
+
+
+def frontier(redis_settings: dict, backend: str, **extra) -> dict:
+    return settings_for(redis_settings, backend, "frontier", **extra)
+
+
+def crawl(tmp_path, site: Site, settings: dict, name: str) -> dict:
+    args = {"site": site.url, "start": [0], "settings": settings}
+    return run_script("tests.crawl_cases", args, tmp_path / f"{name}.json")
+
+
+def worker(tmp_path, site: Site, settings: dict, name: str, kill_at: int = 0):
+    """A crawl in its own process (killed with SIGKILL once it parsed ``kill_at`` pages);
+    each page it parses is noted at once in ``<name>.notes``."""
+    args = {"site": site.url, "start": [0], "settings": settings}
+    args.update(pages_file=str(tmp_path / f"{name}.notes"), out=str(tmp_path / f"{name}.json"))
+    if kill_at:
+        args.update(close_by="SIGKILL", close_at=kill_at)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.crawl_cases", json.dumps(args)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def parsed(tmp_path, name: str) -> list[int]:
+    notes = tmp_path / f"{name}.notes"
+    lines = notes.read_text().splitlines() if notes.exists() else []
+    return [int(line.split()[1]) for line in lines if line.startswith("p ")]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["plain", "batched"])
+@pytest.mark.parametrize("backend", ["set", "compact", "hash", "bloom", "windowed-bloom"])
+def test_the_frontier_downloads_every_page_once(
+    tmp_path, tree, redis_settings, server, backend, batched, topology
+):
+    if topology == "cluster" and backend in ("hash", "windowed-bloom"):
+        pytest.skip("one sharded and one Bloom row are enough on the cluster")
+    settings = frontier(redis_settings, backend, **(BATCHED if batched else {}))
+    result = crawl(tmp_path, tree, settings, "run")
+    assert sorted(result["pages"]) == list(range(tree.pages))
+    stats = result["stats"]
+    assert stats["frontier/acknowledged"] == stats["frontier/leased"] == tree.pages
+    errors = [line for line in result["log"].splitlines() if "scrapy_dedup_suite" in line]
+    assert not [line for line in errors if "ERROR" in line or "WARNING" in line], errors
+    assert server.keys("*") == []  # SCHEDULER_PERSIST off: the queue and filter are gone
+
+
+@pytest.mark.single_server
+def test_a_persisted_crawl_resumes_where_it_stopped(tmp_path, tree, redis_settings, server):
+    """SCHEDULER_PERSIST: a crawl stopped gracefully gives back what it took and did not
+    start; the next run crawls the rest, and nothing twice."""
+    settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True)
+    args = {"site": tree.url, "start": [0], "settings": settings}
+    first = run_script(
+        "tests.crawl_cases", {**args, "close_by": "stop", "close_at": 40}, tmp_path / "a.json"
+    )
+    assert len(first["pages"]) < tree.pages
+    second = crawl(tmp_path, tree, settings, "b")
+    pages = Counter(first["pages"] + second["pages"])
+    assert sorted(pages) == list(range(tree.pages))
+    assert max(pages.values()) == 1
+
+
+def wait_for(path, text: str, deadline: float = 60.0) -> None:
+    """Until the file at ``path`` holds a line ``text`` (polled; fails past ``deadline``)."""
+    end = time.monotonic() + deadline
+    while not (path.exists() and text in path.read_text().splitlines()):
+        assert time.monotonic() < end, f"{path.name} never said {text!r}"
+        time.sleep(0.02)
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("batched", [False, True], ids=["plain", "batched"])
+@pytest.mark.parametrize("kill_at", [1, 25])
+def test_a_killed_worker_loses_no_page_while_another_crawls_on(
+    tmp_path, tree, redis_settings, server, batched, kill_at
+):
+    """Two workers share a crawl; one is killed with SIGKILL inside the callback of the
+    ``kill_at``-th page it parses. The other, without a restart, takes back the dead
+    one's leases when they end (FRONTIER_LEASE = 1 s: it does not close while they are
+    held) and finishes: every page is fetched; the pages fetched twice are at most what
+    the dead worker had taken and not acknowledged (its prefetch and its downloads)."""
+    extra = BATCHED if batched else {}
+    settings = frontier(
+        redis_settings, "compact", SCHEDULER_PERSIST=True, FRONTIER_LEASE=1, **extra
+    )
+    # The victim takes page 0 first; no other page is served before the survivor runs.
+    notes = tmp_path / "survivor.notes"
+    tree.on_hit = lambda n: n == 0 or wait_for(notes, "s 0")
+    try:
+        victim = worker(tmp_path, tree, settings, "victim", kill_at)
+        wait_for(tmp_path / "victim.notes", "s 0")
+        survivor = worker(tmp_path, tree, {**settings, "CONCURRENT_REQUESTS": 2}, "survivor")
+        _, err = victim.communicate(timeout=180)
+        assert victim.returncode == -signal.SIGKILL, err[-3000:]
+        _, err = survivor.communicate(timeout=180)
+        assert survivor.returncode == 0, err[-3000:]
+    finally:
+        tree.on_hit = None
+    pages = Counter(parsed(tmp_path, "victim") + parsed(tmp_path, "survivor"))
+    missing = sorted(set(range(tree.pages)) - set(pages))
+    assert missing == [], (missing, err[-3000:])
+    twice = sum(pages.values()) - tree.pages
+    assert twice <= 2 * 8  # its prefetch and its downloads (CONCURRENT_REQUESTS = 8)
+    stats = json.loads((tmp_path / "survivor.json").read_text())["stats"]
+    assert stats["frontier/reclaimed"] >= 1  # the page the victim died on, at least
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("queue_class", ["PriorityQueue", "FifoQueue"])
+def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
+    tmp_path, tree, redis_settings, server, queue_class
+):
+    """scrapy-redis's scheduler crawls part of the site and stops (SCHEDULER_PERSIST);
+    the frontier takes over its queue and its fingerprint set: every page once."""
+    old = settings_for(
+        redis_settings,
+        "set",
+        "scrapy-redis",
+        SCHEDULER_PERSIST=True,
+        SCHEDULER_QUEUE_CLASS=f"scrapy_redis.queue.{queue_class}",
+    )
+    args = {"site": tree.url, "start": [0], "settings": old}
+    first = run_script(
+        "tests.crawl_cases", {**args, "close_by": "stop", "close_at": 40}, tmp_path / "a.json"
+    )
+    assert server.exists("cases:requests")
+    second = crawl(tmp_path, tree, frontier(redis_settings, "set"), "b")
+    assert second["stats"]["frontier/taken_over"] > 0
+    pages = Counter(first["pages"] + second["pages"])
+    assert sorted(pages) == list(range(tree.pages))
+    assert max(pages.values()) == 1
