@@ -11,7 +11,13 @@ the crawl (Scrapy's elapsed_time_seconds). Rows:
 - ``memory``: Scrapy's in-memory dupefilter (the ceiling);
 - ``scrapy-redis``: scrapy-redis's dupefilter, one SADD per request;
 - ``<backend>``: ours, one round trip per request;
-- ``<backend> batched``: ours with BatchDedupMiddleware, one round trip per page.
+- ``<backend> batched``: ours with BatchDedupMiddleware, one round trip per page;
+- with ``--schedulers``, the queue in Redis too: ``sr scheduler`` (scrapy-redis's
+  scheduler and dupefilter), ``sr scheduler, <backend> batched`` (its scheduler, our
+  batched dupefilter), ``frontier <backend>`` and ``frontier <backend> batched`` (this
+  package's scheduler); their ``calls/page`` counts every command a client sent
+  (MONITOR, in a crawl of its own at no added latency; commands run inside scripts
+  left out): pops, acknowledgements, records, pushes, idle checks.
 
 The Redis rows run on loopback and behind bench/latency_proxy.py for each
 --latency (ms added to each round trip; the PING time measured through the proxy
@@ -134,6 +140,65 @@ def calls(client: redis.Redis) -> int:
     return count("evalsha") + count("eval") or count("sadd")
 
 
+SR_SCHEDULER = {
+    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+}
+FRONTIER = {
+    "SCHEDULER": "scrapy_dedup_suite.frontier.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+}
+
+
+def scheduler_rows(backends: list[str], pages: int) -> list[tuple[str, dict]]:
+    """The rows with the queue in Redis (``--schedulers``)."""
+    rows: list[tuple[str, dict]] = [("sr scheduler", SR_SCHEDULER)]
+    for backend in backends:
+        ours = {"DEDUP_BACKEND": backend, "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * pages)}
+        batched = {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}
+        rows.append(
+            (
+                f"sr scheduler, {backend} b.",
+                {**SR_SCHEDULER, **batched, "DUPEFILTER_CLASS": FRONTIER["DUPEFILTER_CLASS"]},
+            )
+        )
+        rows.append((f"frontier {backend}", {**FRONTIER, **ours}))
+        rows.append((f"frontier {backend} b.", {**FRONTIER, **batched}))
+    return rows
+
+
+class Monitor:
+    """Counts the commands clients send to a server while it is open (MONITOR; the
+    commands scripts run, and this counter's own, left out)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.count = 0
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+
+    def _watch(self) -> None:
+        client = redis.Redis(port=self.port)
+        with client.monitor() as monitor:
+            self._ready.set()
+            for command in monitor.listen():
+                if self._stop.is_set() and "bench-monitor-end" in command["command"]:
+                    break
+                if command.get("client_type") != "lua":
+                    self.count += 1
+
+    def __enter__(self) -> Monitor:
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        redis.Redis(port=self.port).echo("bench-monitor-end")
+        self._thread.join(30)
+
+
 def run_crawl(site: str, settings: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "stats.json"
@@ -190,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="bloom", help="our backends, listed (set, bloom...)")
     parser.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS")
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
+    parser.add_argument(
+        "--schedulers", action="store_true", help="also the rows with the queue in Redis"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.child:
@@ -204,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     backends = [b.strip() for b in opts.backends.split(",") if b.strip()]
     binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
-    rows = measure(opts.pages, opts.links, latencies, backends, opts.concurrency, binary)
+    rows = measure(
+        opts.pages, opts.links, latencies, backends, opts.concurrency, binary, opts.schedulers
+    )
     ceiling = rows[0][3]
     print(
         "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
@@ -231,6 +301,7 @@ def measure(
     backends: list[str],
     concurrency: int,
     binary: str,
+    schedulers: bool = False,
 ) -> list[Row]:
     """Every row's crawl (the first is ``memory``, on no Redis), printing each as it ends."""
     site = Site(pages, links)
@@ -268,11 +339,21 @@ def measure(
                 }
                 configs.append((backend, ours))
                 configs.append((f"{backend} batched", {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}))
-            for name, settings in configs:
+            queued = scheduler_rows(backends, pages) if schedulers else []
+            for name, settings in configs + queued:
                 direct.flushall()
                 direct.config_resetstat()
                 stats = run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
-                record(name, latency, ping, stats, calls(direct))
+                used = calls(direct)
+                if (name, settings) in queued:
+                    if latency > 0:  # counted once, at no added latency
+                        used = next(r[4] for r in rows if r[0] == name)
+                    else:
+                        direct.flushall()
+                        with Monitor(server.port) as sent:
+                            run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
+                        used = sent.count
+                record(name, latency, ping, stats, used)
             if proxy is not None:
                 proxy.stop()
         direct.close()

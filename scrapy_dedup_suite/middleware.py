@@ -282,15 +282,13 @@ class BatchDedupMiddleware:
         drop or replace requests: it records and enqueues a batch in one call per slot
         group (the dupefilter's batch path alone would record requests the frontier
         has not enqueued yet; under it, this middleware never uses that path)."""
-        from .frontier.scheduler import Scheduler  # (imports this module)
-
         if self._frontier is None:
             scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
             if scheduler is None:
                 return None  # the engine has not opened the spider yet: look again later
-            # (By its class's MRO: Scrapy's BaseScheduler makes isinstance() true for any
-            # object with a scheduler's three methods.)
-            ours = Scheduler in type(scheduler).__mro__
+            # (By what it says of itself: Scrapy's BaseScheduler makes isinstance() true
+            # for any object with a scheduler's three methods.)
+            ours = getattr(type(scheduler), "records_and_enqueues", False) is True
             self._frontier = ours and self._placed_last()
             self._frontier_scheduler = scheduler
             self._looked_up |= ours  # (no dupefilter then)
@@ -300,10 +298,11 @@ class BatchDedupMiddleware:
         """The frontier's batch: prepared here, sent in a thread, counted here."""
         from twisted.internet import reactor  # the one Scrapy installed
 
-        batch = frontier.enqueue_many(requests)
-        deferred = deferToThreadPool(reactor, self._threads(), frontier.send, batch)
+        incoming = frontier.incoming
+        batch = incoming.enqueue_many(requests)
+        deferred = deferToThreadPool(reactor, self._threads(), incoming.send, batch)
         seen = await maybe_deferred_to_future(deferred)
-        return Checked(frontier.enqueued_many(batch, seen))
+        return Checked(incoming.enqueued_many(batch, seen))
 
     def _threads(self) -> ThreadPool:
         if self._pool is None:

@@ -15,6 +15,10 @@ from .exceptions import DedupConfigError
 # --- what a setting accepts ---------------------------------------------------
 
 
+HUNDRED_YEARS = 100 * 365 * 86400.0
+TEN_YEARS = 10 * 365 * 86400.0
+
+
 @dataclass(frozen=True)
 class Whole:
     """A whole number from ``minimum`` to ``maximum`` ("1e6" from ``-s`` is one)."""

@@ -17,7 +17,10 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from .fingerprint import FINGERPRINTERS
+from .frontier.settings import FRONTIER_SETTINGS
 from .settings_kinds import (
+    HUNDRED_YEARS,
+    TEN_YEARS,
     Checked,
     Flag,
     FlagOrAuto,
@@ -47,8 +50,6 @@ MAX_COMPACT_CAPACITY = 10**12
 #: What DEDUP_ON_ERROR may be.
 ON_ERROR = ("allow", "raise")
 
-HUNDRED_YEARS = 100 * 365 * 86400.0
-TEN_YEARS = 10 * 365 * 86400.0
 
 TABLE: tuple[Setting, ...] = (
     Setting(
@@ -388,64 +389,6 @@ TABLE: tuple[Setting, ...] = (
         "`DedupSummary`: a file the closing summary is also written to, as JSON",
     ),
     Setting(
-        "SCHEDULER_PERSIST",
-        False,
-        Flag(),
-        "keep the queue and the fingerprints when the crawl ends (else both are deleted)",
-        owner="scrapy-redis",
-        table="frontier",
-    ),
-    Setting(
-        "SCHEDULER_FLUSH_ON_START",
-        False,
-        Flag(),
-        "delete the queue and the fingerprints when the crawl starts",
-        owner="scrapy-redis",
-        table="frontier",
-    ),
-    Setting(
-        "SCHEDULER_IDLE_BEFORE_CLOSE",
-        0,
-        Seconds(0.0, TEN_YEARS, "a number of seconds >= 0", low_open=False),
-        "seconds a worker waits with nothing to take and nothing leased anywhere before "
-        "its spider goes idle (and closes, unless it waits for start URLs)",
-        owner="scrapy-redis",
-        table="frontier",
-    ),
-    Setting(
-        "SCHEDULER_QUEUE_KEY",
-        "%(spider)s:requests",
-        Text("a Redis key such as '%(spider)s:requests'"),
-        "where the queue lives on a single server: `{<key>}:frontier` and keys beside it "
-        "(on a Cluster, beside the dupefilter's groups)",
-        owner="scrapy-redis",
-        table="frontier",
-    ),
-    Setting(
-        "SCHEDULER_SERIALIZER",
-        None,
-        Checked("frontier.codec.serializer"),
-        "a module (or its dotted path) with `dumps` and `loads`, for requests that are not a "
-        "plain GET (default: pickle)",
-        owner="scrapy-redis",
-        table="frontier",
-    ),
-    Setting(
-        "FRONTIER_LEASE",
-        60.0,
-        Seconds(0.0, 86400.0, "a number of seconds > 0 (e.g. 60)"),
-        "seconds a request taken by a worker stays its own without news; a live worker renews "
-        "its leases every third of it, a dead one's go back to the queue after it",
-        table="frontier",
-    ),
-    Setting(
-        "FRONTIER_PREFETCH",
-        0,
-        Whole(0, 10_000, "a whole number from 0 to 10000 (0: CONCURRENT_REQUESTS)"),
-        "requests a worker leases per call, at most (0: `CONCURRENT_REQUESTS`)",
-        table="frontier",
-    ),
-    Setting(
         "DEDUP_JANITOR_INTERVAL",
         300,
         Seconds(
@@ -479,6 +422,8 @@ TABLE: tuple[Setting, ...] = (
         table="janitor",
     ),
 )
+
+TABLE += FRONTIER_SETTINGS
 
 SETTINGS: dict[str, Setting] = {setting.name: setting for setting in TABLE}
 

@@ -207,3 +207,34 @@ def test_a_takeover_refuses_an_unreadable_queue_and_leaves_it_there(server):
     server.set("other:requests", "x")
     with pytest.raises(DedupConfigError, match="holds a string"):
         take_over(queue, "other:requests", RequestCodec(_Spider()))
+
+
+def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
+    server, redis_settings, topology
+):
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.commands.info import inspect, render
+
+    settings = Settings({**redis_settings, "DEDUP_BACKEND": "compact", "DEDUP_HASH_SHARDS": 4})
+    backend = build_backend(settings, "spider", server=server)
+    backend.open()
+    queue = FrontierQueue.for_backend(backend, "spider:requests")
+    record_and_enqueue(backend, queue, fps(30), [None] * 30, [(0, b"\x01 parse u")] * 30)
+    dead = FrontierQueue.for_backend(backend, "spider:requests")
+    for shard in dead.shards:
+        dead.call(shard, 0, take=2)  # leases that ended at once: a dead worker's
+    server.zadd("spider:requests", {b"old request": 0})
+    found = inspect(settings, "spider", server)
+    view = found["frontier"]
+    assert view["waiting"] + view["leased"] == 30 and view["leased"] > 0
+    assert view["leased_by"] == {dead.worker.rstrip(":"): view["leased"]}
+    assert view["oldest_lease_ends_in"] <= 0
+    assert view["bytes_per_request"] > 0
+    assert view["scrapy_redis_queue"]["requests"] == 1
+    text = render("spider", found)
+    assert f"{view['waiting']:,} request(s) waiting" in text
+    assert f"{view['leased']:,} leased (by worker {dead.worker.rstrip(':')}" in text
+    assert "ended" in text and "reclaimed by the next worker's call" in text
+    assert "scrapy-redis's queue 'spider:requests' holds 1 request(s)" in text

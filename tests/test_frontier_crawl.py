@@ -165,3 +165,17 @@ def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
     pages = Counter(first["pages"] + second["pages"])
     assert sorted(pages) == list(range(tree.pages))
     assert max(pages.values()) == 1
+
+
+@pytest.mark.single_server
+def test_a_redis_spider_reads_its_start_urls_from_redis_and_crawls_every_page(
+    tmp_path, tree, redis_settings, server
+):
+    """scrapy-redis's RedisSpider under the frontier: its start URL pushed to
+    ``fromredis:start_urls``, every page once, then the spider closes when idle."""
+    server.rpush("fromredis:start_urls", f"{tree.url}/page/0")
+    settings = frontier(redis_settings, "compact")
+    result = run_script("tests.crawl_redis_spider", {"settings": settings}, tmp_path / "r.json")
+    pages = Counter(result["pages"])
+    assert sorted(pages) == list(range(tree.pages)) and max(pages.values()) == 1
+    assert not server.exists("fromredis:start_urls")

@@ -16,6 +16,7 @@ from ..backends.keys import as_str, failed_key, meta_key, read_hash
 from ..config import human_bytes
 from ..connection import UNREACHABLE, get_redis
 from ..exceptions import DedupError
+from ..frontier.queue import FrontierQueue
 from ..reports import as_json
 from ..settings_table import read
 from . import say_unreachable, spider_settings
@@ -38,7 +39,8 @@ class Command(ScrapyCommand):
             f"each backend ({', '.join(BACKENDS)}), at the key it would use for "
             "this spider, what Redis holds: keys, types, memory, fingerprints or fill, "
             "layers, buckets and their expiry, hash fields and the share expired; the "
-            "parameters a filter was created with when they differ from the settings. Reads "
+            "parameters a filter was created with when they differ from the settings; the "
+            "frontier scheduler's queue (requests waiting, leases per worker). Reads "
             "only. Exit codes: 0 done, 1 error, 2 usage, 6 Redis unreachable."
         )
 
@@ -113,12 +115,55 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
             if backend.capabilities.report_fill:
                 entry["filters"] = backend.filter_reports(info)
         out[name] = entry
+    out[FRONTIER] = frontier_view(settings, spider, server)
     return out
+
+
+#: dedup-info's entry for the frontier's queue (beside one per backend).
+FRONTIER = "frontier"
+
+
+def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
+    """The frontier scheduler's queue beside the configured backend: requests waiting,
+    leases per worker, the oldest lease, reclaimed so far, bytes per request waiting;
+    and scrapy-redis's own queue if one is there to take over."""
+    backend = build_backend(settings, spider, server=server)
+    queue_key = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": spider}
+    queue = FrontierQueue.for_backend(backend, queue_key)
+    shards = [queue.counts(shard) for shard in queue.shards]
+    waiting = sum(s.waiting for s in shards)
+    held_by: dict[str, int] = {}
+    for s in shards:
+        for worker, n in s.held_by.items():
+            held_by[worker] = held_by.get(worker, 0) + n
+    ends = [s.oldest_lease_ends_in for s in shards if s.oldest_lease_ends_in is not None]
+    memory = sum(s.memory_bytes for s in shards)
+    kind = as_str(server.type(queue_key))
+    return {
+        "shards": len(shards),
+        "queue": shards[0].queue,
+        "waiting": waiting,
+        "leased": sum(s.held for s in shards),
+        "leased_by": held_by,
+        "oldest_lease_ends_in": min(ends) if ends else None,
+        "reclaimed": sum(s.reclaimed for s in shards),
+        "memory_bytes": memory,
+        "bytes_per_request": round(memory / waiting, 1) if waiting else None,
+        "scrapy_redis_queue": {
+            "key": queue_key,
+            "type": kind,
+            "requests": int(server.zcard(queue_key) if kind == "zset" else server.llen(queue_key))
+            if kind in ("zset", "list")
+            else 0,
+        },
+    }
 
 
 def render(spider: str, found: dict[str, Any]) -> str:
     lines = [f"dupefilter of spider {spider!r}:"]
     for name, e in found.items():
+        if name == FRONTIER:
+            continue
         mark = " (DEDUP_BACKEND)" if e["configured"] else ""
         lines += _described(f"  {name}{mark} at {e['key']!r}: ", e)
         if "failed_record_problem" in e:
@@ -128,7 +173,37 @@ def render(spider: str, found: dict[str, Any]) -> str:
                 f"    {e['failed_pages']:,} page(s) recorded as failed for good "
                 f"(scrapy dedup-forget --spider {spider} --failed)"
             )
+    if FRONTIER in found:
+        lines += _frontier_lines(found[FRONTIER])
     return "\n".join(lines)
+
+
+def _frontier_lines(f: dict[str, Any]) -> list[str]:
+    """The frontier's queue, in words."""
+    lines = [f"frontier scheduler's queue at {f['queue']!r} ({f['shards']} shard(s)):"]
+    if not f["waiting"] and not f["leased"]:
+        lines.append("  nothing waiting, nothing leased")
+    else:
+        per = f["bytes_per_request"]
+        size = f", {per:,.0f} bytes per request waiting" if per else ""
+        lines.append(
+            f"  {f['waiting']:,} request(s) waiting, {human_bytes(f['memory_bytes'])}{size}"
+        )
+        workers = ", ".join(f"{w}: {n:,}" for w, n in sorted(f["leased_by"].items()))
+        lines.append(f"  {f['leased']:,} leased" + (f" (by worker {workers})" if workers else ""))
+        ends = f["oldest_lease_ends_in"]
+        if ends is not None:
+            when = f"ends in {ends:,.0f} s" if ends >= 0 else f"ended {-ends:,.0f} s ago"
+            lines.append(f"  the oldest lease {when} (reclaimed by the next worker's call)")
+    if f["reclaimed"]:
+        lines.append(f"  {f['reclaimed']:,} lease(s) of dead workers reclaimed so far")
+    old = f["scrapy_redis_queue"]
+    if old["requests"]:
+        lines.append(
+            f"  scrapy-redis's queue {old['key']!r} holds {old['requests']:,} request(s) "
+            "(the frontier scheduler takes them over when it opens)"
+        )
+    return lines
 
 
 def _described(head: str, e: dict[str, Any]) -> list[str]:

@@ -21,22 +21,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.misc import load_object
 from twisted.internet import task
 
-from ..backends.calls import FailedCall
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
 from ..middleware import engine_slot
 from ..settings_table import read
 from .codec import RequestCodec, RequestEncodingError, serializer
+from .incoming import Incoming
 from .queue import FrontierQueue, Shard
-from .record import load_scripts, record_and_enqueue
+from .record import load_scripts
 from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
@@ -49,20 +49,6 @@ logger = logging.getLogger(__name__)
 REPLACED = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
 #: The most often the idle checks look at the queue in Redis (seconds).
 LOOK_EVERY = 1.0
-
-
-@dataclass
-class Prepared:
-    """Requests on their way to one record-and-enqueue: what is sent, and per request
-    what is known (True: new and enqueued, False: seen, None: not yet)."""
-
-    requests: list[tuple[Request, bytes]]
-    out: list[bool | None]
-    todo: list[int] = field(default_factory=list)
-    fingerprints: list[str] = field(default_factory=list)
-    expires: list[float | None] = field(default_factory=list)
-    queued: list[tuple[int, bytes]] = field(default_factory=list)
-    errors: list[Exception] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,6 +95,10 @@ def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
 class Scheduler(BaseScheduler):
     """The frontier (see the module's docstring)."""
 
+    #: BatchDedupMiddleware sends a page's batch through :meth:`enqueue_many` /
+    #: :meth:`send` / :meth:`enqueued_many` when the scheduler says this.
+    records_and_enqueues = True
+
     def __init__(self, crawler: Crawler, df: RFPDupeFilter, options: FrontierOptions) -> None:
         self.crawler = crawler
         self.df = df
@@ -127,11 +117,8 @@ class Scheduler(BaseScheduler):
         self._in_flight: dict[Request, tuple[Shard, str]] = {}
         #: Leases done, to acknowledge with the next call to their shard.
         self._acks: dict[Shard, list[str]] = {}
-        #: Requests whose record-and-enqueue call failed: tried again before anything
-        #: is acknowledged (their parent among it).
-        self._unpushed: list[tuple[Request, bytes]] = []
-        #: Requests BatchDedupMiddleware had recorded and enqueued, on their way here.
-        self._enqueued: set[Request] = set()
+        #: The way in: requests recorded and enqueued, and those to send again.
+        self.incoming = Incoming(df, self.codec, self._count, self._forget_shards)
         self._next_shard = 0
         #: Per shard, what its last call said: priorities waiting, leases other workers
         #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.
@@ -157,7 +144,8 @@ class Scheduler(BaseScheduler):
         df.open()
         backend = df.backend
         self.queue_key = self.options.queue_key % {"spider": spider.name}
-        self.queue = FrontierQueue.for_backend(backend, self.queue_key)
+        self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
+        self.incoming.spider = spider
         load_scripts(backend)
         if self.options.flush_on_start:
             self.flush()
@@ -178,13 +166,13 @@ class Scheduler(BaseScheduler):
     def close(self, reason: str) -> None:
         if self._renewing is not None and self._renewing.running:
             self._renewing.stop()
-        if self._unpushed:
-            self._push_unpushed()
-        if self._unpushed:
+        if self.incoming.unpushed:
+            self.incoming.push_unpushed()
+        if self.incoming.unpushed:
             logger.error(
                 "%d request(s) could not be recorded and enqueued before the close; the "
                 "pages that yielded them stay leased and will be fetched again",
-                len(self._unpushed),
+                len(self.incoming.unpushed),
             )
             self._acks.clear()
         released: dict[Shard, list[str]] = {}
@@ -198,7 +186,15 @@ class Scheduler(BaseScheduler):
                 logger.warning("Could not give back the frontier's leases at close: %s", exc)
         self._count("frontier/released", sum(len(ids) for ids in released.values()))
         if not self.options.persist:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # Redis away at the close: what it holds stays
+                logger.error(
+                    "The frontier could not delete its queue and fingerprints at the close "
+                    "(SCHEDULER_PERSIST is off): %s; they stay in Redis, and the next run "
+                    "resumes them unless SCHEDULER_FLUSH_ON_START is on",
+                    exc,
+                )
         self.df.close(reason)
 
     def flush(self) -> None:
@@ -233,139 +229,12 @@ class Scheduler(BaseScheduler):
 
     # -- requests in -------------------------------------------------------------------
 
-    def _encode(self, request: Request) -> bytes | None:
-        try:
-            return self.codec.encode(request, priority_apart=True)
-        except RequestEncodingError as exc:
-            logger.error("%s", exc, extra={"spider": self.spider})
-            self._count("frontier/unencodable")
-            return None
-
     def enqueue_request(self, request: Request) -> bool:
-        if request in self._enqueued:  # a batch recorded and enqueued it
-            self._enqueued.discard(request)
-            return True
-        entry = self._encode(request)
-        if entry is None:
-            return False
-        if self._unpushed:
-            self._push_unpushed()
-        new = self._record([(request, entry)])[0]
-        if new is None:
-            self._unpushed.append((request, entry))
-            return True
-        if not new:
-            self.df.log(request, self.spider)  # type: ignore[arg-type]
-            return False
-        self._count("scheduler/enqueued/redis")
-        self._count("frontier/enqueued")
+        return self.incoming.enqueue(request)
+
+    def _forget_shards(self) -> None:
+        """This worker enqueued: what the shards last said is stale."""
         self._seen.clear()
-        return True
-
-    def _record(self, requests: list[tuple[Request, bytes]]) -> list[bool | None]:
-        """Record and enqueue: per request True if it was new and is enqueued, False if
-        seen, None if its call failed."""
-        batch = self.prepare(requests)
-        return self.account(batch, self.send(batch))
-
-    def prepare(self, requests: list[tuple[Request, bytes]]) -> Prepared:
-        """What :meth:`send` sends for ``requests`` (on the reactor thread: the
-        fingerprinter and the local cache are not thread-safe); dont_filter requests
-        are pushed unrecorded here."""
-        assert self.queue is not None
-        df = self.df
-        batch = Prepared(requests, [None] * len(requests))
-        for i, (request, entry) in enumerate(requests):
-            if request.dont_filter:
-                shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
-                self._next_shard += 1
-                try:
-                    self.queue.push(shard, [(request.priority, entry)])
-                    batch.out[i] = True
-                except Exception as exc:  # kept and tried again
-                    self._failed(exc)
-                continue
-            fp = df.fingerprint_of(request)
-            if df.known is not None and fp in df.known:
-                df.counts.filtered(0, cached=1)
-                batch.out[i] = False
-                continue
-            batch.todo.append(i)
-            batch.fingerprints.append(fp)
-            batch.expires.append(df.expiry.of(request) if df.uses_expire else None)
-            batch.queued.append((request.priority, entry))
-        return batch
-
-    def send(self, batch: Prepared) -> list[bool | None]:
-        """The record-and-enqueue calls of ``batch`` (blocking, touching no stats: safe in
-        a thread): per fingerprint sent, seen, new, or None where its call failed."""
-        if not batch.todo:
-            return []
-        assert self.queue is not None
-        try:
-            seen, failed = record_and_enqueue(
-                self.df.backend, self.queue, batch.fingerprints, batch.expires, batch.queued
-            )
-        except Exception as exc:  # whatever the client raised: kept, tried again
-            seen, failed = [None] * len(batch.todo), [FailedCall(batch.todo, exc)]
-        batch.errors = [call.error for call in failed]
-        return seen
-
-    def account(self, batch: Prepared, seen: list[bool | None]) -> list[bool | None]:
-        """Count what :meth:`send` answered (on the reactor thread)."""
-        df = self.df
-        for error in batch.errors:
-            self._failed(error)
-        for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
-            if answer is None:
-                continue
-            batch.out[i] = not answer
-            if df.known is not None:
-                df.known.add(fp)
-            df.counts.counted(answer)
-        return batch.out
-
-    def enqueue_many(self, requests: Sequence[Request]) -> Prepared:
-        """For BatchDedupMiddleware: encode ``requests`` (those that cannot be are
-        logged and left out) and prepare their one call per slot group."""
-        encoded = []
-        for request in requests:
-            entry = self._encode(request)
-            if entry is not None:
-                encoded.append((request, entry))
-        return self.prepare(encoded)
-
-    def enqueued_many(self, batch: Prepared, seen: list[bool | None]) -> list[Request]:
-        """After :meth:`send`: the requests to pass on (the new ones, already enqueued:
-        :meth:`enqueue_request` lets them through without a call); the seen ones are
-        logged as filtered, the failed ones kept and tried again."""
-        out = []
-        for (request, entry), new in zip(batch.requests, self.account(batch, seen)):
-            if new is None:
-                self._unpushed.append((request, entry))
-            elif new:
-                self._enqueued.add(request)
-                self._count("scheduler/enqueued/redis")
-                self._count("frontier/enqueued")
-                self._seen.clear()
-                out.append(request)
-            else:
-                self.df.log(request, self.spider)  # type: ignore[arg-type]
-        return out
-
-    def _failed(self, error: Exception) -> None:
-        self._count("frontier/failed_calls")
-        logger.warning(
-            "The frontier could not record and enqueue a request (kept, tried again; "
-            "nothing is acknowledged meanwhile): %s",
-            error,
-        )
-
-    def _push_unpushed(self) -> None:
-        unpushed, self._unpushed = self._unpushed, []
-        for (request, entry), new in zip(unpushed, self._record(unpushed)):
-            if new is None:
-                self._unpushed.append((request, entry))
 
     # -- requests out ------------------------------------------------------------------
 
@@ -412,7 +281,7 @@ class Scheduler(BaseScheduler):
         """One call to ``shard``, carrying its acknowledgements (none while a request
         waits to be recorded: its parent may be among them) and renewing nothing."""
         assert self.queue is not None
-        acks = [] if self._unpushed else self._acks.pop(shard, [])
+        acks = [] if self.incoming.unpushed else self._acks.pop(shard, [])
         try:
             leased = self.queue.call(shard, self.lease_ms, take, acks, (), release)
         except Exception:
@@ -440,10 +309,10 @@ class Scheduler(BaseScheduler):
             held.setdefault(shard, []).append(lease_id)
         for _, shard, lease_id in self._taken:
             held.setdefault(shard, []).append(lease_id)
-        if self._unpushed:
-            self._push_unpushed()
+        if self.incoming.unpushed:
+            self.incoming.push_unpushed()
         for shard in {*held, *self._acks}:
-            acks = [] if self._unpushed else self._acks.pop(shard, [])
+            acks = [] if self.incoming.unpushed else self._acks.pop(shard, [])
             try:
                 self.queue.call(shard, self.lease_ms, 0, acks, held.get(shard, ()))
             except Exception as exc:
@@ -458,7 +327,7 @@ class Scheduler(BaseScheduler):
         """Requests here, or in Redis, or leased by another worker (whose pages may
         yield more); from what the shards' last calls said, each looked at again when
         that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
-        if self._taken or self._unpushed:
+        if self._taken or self.incoming.unpushed:
             return True
         try:
             waiting, held = self._look()

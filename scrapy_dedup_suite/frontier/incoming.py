@@ -1,0 +1,197 @@
+"""Requests on their way into the frontier: encoded, recorded and enqueued in one call
+per slot group (:mod:`.record`), one by one (the scheduler's ``enqueue_request``) or a
+page's batch (BatchDedupMiddleware: prepared on the reactor thread, sent in a thread,
+counted on the reactor thread). A request whose call failed is kept and sent again:
+until then nothing is acknowledged, since its parent may be among it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..backends.calls import FailedCall
+from .codec import RequestCodec, RequestEncodingError
+from .queue import FrontierQueue
+from .record import record_and_enqueue
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+    from ..dupefilter import RFPDupeFilter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """Requests on their way to one record-and-enqueue: what is sent, and per request
+    what is known (True: new and enqueued, False: seen, None: not yet)."""
+
+    requests: list[tuple[Request, bytes]]
+    out: list[bool | None]
+    todo: list[int] = field(default_factory=list)
+    fingerprints: list[str] = field(default_factory=list)
+    expires: list[float | None] = field(default_factory=list)
+    queued: list[tuple[int, bytes]] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+
+
+class Incoming:
+    """The frontier's way in: ``count(name, n)`` counts a stat, ``on_enqueued()`` is
+    called when a request was enqueued here."""
+
+    def __init__(
+        self,
+        df: RFPDupeFilter,
+        codec: RequestCodec,
+        count: Callable[..., None],
+        on_enqueued: Callable[[], None],
+    ) -> None:
+        self.df = df
+        self.codec = codec
+        self.queue: FrontierQueue | None = None
+        self.spider: Spider | None = None
+        self._count = count
+        self.on_enqueued = on_enqueued
+        #: Requests whose record-and-enqueue call failed: sent again before anything is
+        #: acknowledged (their parent among it).
+        self.unpushed: list[tuple[Request, bytes]] = []
+        #: Requests a batch recorded and enqueued, on their way to ``enqueue_request``.
+        self.enqueued: set[Request] = set()
+        self._next_shard = 0
+
+    def _encode(self, request: Request) -> bytes | None:
+        try:
+            return self.codec.encode(request, priority_apart=True)
+        except RequestEncodingError as exc:
+            logger.error("%s", exc, extra={"spider": self.spider})
+            self._count("frontier/unencodable")
+            return None
+
+    def enqueue(self, request: Request) -> bool:
+        if request in self.enqueued:  # a batch recorded and enqueued it
+            self.enqueued.discard(request)
+            return True
+        entry = self._encode(request)
+        if entry is None:
+            return False
+        if self.unpushed:
+            self.push_unpushed()
+        new = self._record([(request, entry)])[0]
+        if new is None:
+            self.unpushed.append((request, entry))
+            return True
+        if not new:
+            self.df.log(request, self.spider)  # type: ignore[arg-type]
+            return False
+        self._count("scheduler/enqueued/redis")
+        self._count("frontier/enqueued")
+        self.on_enqueued()
+        return True
+
+    def _record(self, requests: list[tuple[Request, bytes]]) -> list[bool | None]:
+        """Record and enqueue: per request True if it was new and is enqueued, False if
+        seen, None if its call failed."""
+        batch = self.prepare(requests)
+        return self.account(batch, self.send(batch))
+
+    def prepare(self, requests: list[tuple[Request, bytes]]) -> Prepared:
+        """What :meth:`send` sends for ``requests`` (on the reactor thread: the
+        fingerprinter and the local cache are not thread-safe); dont_filter requests
+        are pushed unrecorded here."""
+        assert self.queue is not None
+        df = self.df
+        batch = Prepared(requests, [None] * len(requests))
+        for i, (request, entry) in enumerate(requests):
+            if request.dont_filter:
+                shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
+                self._next_shard += 1
+                try:
+                    self.queue.push(shard, [(request.priority, entry)])
+                    batch.out[i] = True
+                except Exception as exc:  # kept and tried again
+                    self._failed(exc)
+                continue
+            fp = df.fingerprint_of(request)
+            if df.known is not None and fp in df.known:
+                df.counts.filtered(0, cached=1)
+                batch.out[i] = False
+                continue
+            batch.todo.append(i)
+            batch.fingerprints.append(fp)
+            batch.expires.append(df.expiry.of(request) if df.uses_expire else None)
+            batch.queued.append((request.priority, entry))
+        return batch
+
+    def send(self, batch: Prepared) -> list[bool | None]:
+        """The record-and-enqueue calls of ``batch`` (blocking, touching no stats: safe in
+        a thread): per fingerprint sent, seen, new, or None where its call failed."""
+        if not batch.todo:
+            return []
+        assert self.queue is not None
+        try:
+            seen, failed = record_and_enqueue(
+                self.df.backend, self.queue, batch.fingerprints, batch.expires, batch.queued
+            )
+        except Exception as exc:  # whatever the client raised: kept, tried again
+            seen, failed = [None] * len(batch.todo), [FailedCall(batch.todo, exc)]
+        batch.errors = [call.error for call in failed]
+        return seen
+
+    def account(self, batch: Prepared, seen: list[bool | None]) -> list[bool | None]:
+        """Count what :meth:`send` answered (on the reactor thread)."""
+        df = self.df
+        for error in batch.errors:
+            self._failed(error)
+        for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
+            if answer is None:
+                continue
+            batch.out[i] = not answer
+            if df.known is not None:
+                df.known.add(fp)
+            df.counts.counted(answer)
+        return batch.out
+
+    def enqueue_many(self, requests: Sequence[Request]) -> Prepared:
+        """For BatchDedupMiddleware: encode ``requests`` (those that cannot be are
+        logged and left out) and prepare their one call per slot group."""
+        encoded = []
+        for request in requests:
+            entry = self._encode(request)
+            if entry is not None:
+                encoded.append((request, entry))
+        return self.prepare(encoded)
+
+    def enqueued_many(self, batch: Prepared, seen: list[bool | None]) -> list[Request]:
+        """After :meth:`send`: the requests to pass on (the new ones, already enqueued:
+        :meth:`enqueue_request` lets them through without a call); the seen ones are
+        logged as filtered, the failed ones kept and tried again."""
+        out = []
+        for (request, entry), new in zip(batch.requests, self.account(batch, seen)):
+            if new is None:
+                self.unpushed.append((request, entry))
+            elif new:
+                self.enqueued.add(request)
+                self._count("scheduler/enqueued/redis")
+                self._count("frontier/enqueued")
+                self.on_enqueued()
+                out.append(request)
+            else:
+                self.df.log(request, self.spider)  # type: ignore[arg-type]
+        return out
+
+    def _failed(self, error: Exception) -> None:
+        self._count("frontier/failed_calls")
+        logger.warning(
+            "The frontier could not record and enqueue a request (kept, tried again; "
+            "nothing is acknowledged meanwhile): %s",
+            error,
+        )
+
+    def push_unpushed(self) -> None:
+        unpushed, self.unpushed = self.unpushed, []
+        for (request, entry), new in zip(unpushed, self._record(unpushed)):
+            if new is None:
+                self.unpushed.append((request, entry))

@@ -1,0 +1,67 @@
+"""The frontier scheduler's settings: its part of the one settings table
+(:mod:`..settings_table`), listed in the documentation's frontier page."""
+
+from __future__ import annotations
+
+from ..settings_kinds import TEN_YEARS, Checked, Flag, Seconds, Setting, Text, Whole
+
+FRONTIER_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "SCHEDULER_PERSIST",
+        False,
+        Flag(),
+        "keep the queue and the fingerprints when the crawl ends (else both are deleted)",
+        owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "SCHEDULER_FLUSH_ON_START",
+        False,
+        Flag(),
+        "delete the queue and the fingerprints when the crawl starts",
+        owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "SCHEDULER_IDLE_BEFORE_CLOSE",
+        0,
+        Seconds(0.0, TEN_YEARS, "a number of seconds >= 0", low_open=False),
+        "seconds a worker waits with nothing to take and nothing leased anywhere before "
+        "its spider goes idle (and closes, unless it waits for start URLs)",
+        owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "SCHEDULER_QUEUE_KEY",
+        "%(spider)s:requests",
+        Text("a Redis key such as '%(spider)s:requests'"),
+        "where the queue lives on a single server: `{<key>}:frontier` and keys beside it "
+        "(on a Cluster, beside the dupefilter's groups)",
+        owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "SCHEDULER_SERIALIZER",
+        None,
+        Checked("frontier.codec.serializer"),
+        "a module (or its dotted path) with `dumps` and `loads`, for requests that are not a "
+        "plain GET (default: pickle)",
+        owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_LEASE",
+        60.0,
+        Seconds(0.0, 86400.0, "a number of seconds > 0 (e.g. 60)"),
+        "seconds a request taken by a worker stays its own without news; a live worker renews "
+        "its leases every third of it, a dead one's go back to the queue after it",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_PREFETCH",
+        0,
+        Whole(0, 10_000, "a whole number from 0 to 10000 (0: CONCURRENT_REQUESTS)"),
+        "requests a worker leases per call, at most (0: `CONCURRENT_REQUESTS`)",
+        table="frontier",
+    ),
+)
