@@ -238,3 +238,81 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     assert f"{view['leased']:,} leased (by worker {dead.worker.rstrip(':')}" in text
     assert "ended" in text and "reclaimed by the next worker's call" in text
     assert "scrapy-redis's queue 'spider:requests' holds 1 request(s)" in text
+
+
+@pytest.mark.single_server
+def test_the_frontier_hands_its_queue_back_to_scrapy_redis_once_no_worker_holds_a_lease(
+    server,
+):
+    from scrapy import Request
+    from scrapy_redis import queue as srq
+
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.takeover import hand_back
+
+    spider = _Spider()
+    codec = RequestCodec(spider)
+    queue = FrontierQueue(server, ["site:requests"])
+    shard = queue.shards[0]
+    sent = [
+        Request(f"http://example.com/{i}", callback=spider.parse, priority=i % 3, meta={"n": i})
+        for i in range(1_100)
+    ]
+    queue.push(shard, [(r.priority, codec.encode(r, priority_apart=True)) for r in sent])
+    alive = FrontierQueue(server, ["site:requests"])
+    live = [lease_id for lease_id, _, _ in alive.call(shard, 60_000, take=2).requests]
+    gone = FrontierQueue(server, ["site:requests"])
+    gone.call(shard, 0, take=5)  # a dead worker's leases: ended
+    refused = hand_back(queue, "site:requests", codec)
+    assert refused.held == 2 and refused.moved == 0 and not server.exists("site:requests")
+    assert refused.reclaimed == 5  # the dead worker's, back in the queue
+    alive.call(shard, 60_000, release=live)  # the live worker stops: gives them back
+    done = hand_back(queue, "site:requests", codec, chunk=400)
+    assert done.moved == 1_100 and done.held == 0
+    assert take_all(queue) == []
+    old = srq.PriorityQueue(server, spider, "%(spider)s:requests")
+    back = [old.pop() for _ in range(1_100)]
+    assert old.pop() is None
+    assert sorted((r.url, r.priority, r.meta["n"]) for r in back) == sorted(
+        (r.url, r.priority, r.meta["n"]) for r in sent
+    )
+    assert [r.priority for r in back] == sorted((r.priority for r in back), reverse=True)
+    assert all(r.callback == spider.parse for r in back)
+
+
+@pytest.mark.single_server
+def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(server, redis_url):
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    def handback(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "scrapy", "frontier-handback", "--spider", "site", *args,
+             "-s", f"REDIS_URL={redis_url}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+
+    queue = FrontierQueue(server, ["site:requests"])
+    queue.push(
+        queue.shards[0], [(0, f"\x01 parse http://example.com/{i}".encode()) for i in range(3)]
+    )
+    held = FrontierQueue(server, ["site:requests"]).call(queue.shards[0], 60_000, take=1)
+    refused = handback()
+    assert refused.returncode == 1
+    assert "1 lease(s) are held by workers that may be alive; nothing was moved" in refused.stderr
+    dry = handback("--dry-run")
+    assert dry.returncode == 0 and "2 request(s) waiting would move" in dry.stdout
+    assert "1 lease(s) held now (stop every worker first)" in dry.stdout
+    queue.call(queue.shards[0], 60_000, acks=[held.requests[0][0]])
+    done = handback()
+    assert done.returncode == 0, done.stderr
+    assert "moved 2 request(s) into scrapy-redis's queue 'site:requests'" in done.stdout
+    assert server.zcard("site:requests") == 2
+    server.delete("site:requests")
+    server.set("site:requests", "x")
+    wrong = handback()
+    assert wrong.returncode == 1 and "holds a string" in wrong.stderr

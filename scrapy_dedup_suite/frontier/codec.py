@@ -107,19 +107,24 @@ class RequestCodec:
             ) from None
         return SERIALIZED + (data.encode("utf-8") if isinstance(data, str) else data)
 
+    def fields(self, data: bytes, priority: int | None = None) -> dict[str, Any]:
+        """What ``Request.to_dict()`` said of the request ``data`` holds (callbacks by
+        name), without rebuilding it (``priority``: the one kept beside it)."""
+        kind, rest = data[:1], data[1:]
+        if kind == LINE:
+            kept = _from_line(rest)
+        elif kind == SERIALIZED:
+            kept = self.serializer.loads(rest)
+        else:
+            raise ValueError(f"it starts with {kind!r}, not a request of this queue")
+        if priority is not None:
+            kept = {**kept, "priority": priority}
+        return {**DEFAULTS, **kept}
+
     def decode(self, data: bytes, priority: int | None = None) -> Request:
         """The request ``data`` holds (``priority``: the one kept beside it)."""
-        kind, rest = data[:1], data[1:]
         try:
-            if kind == LINE:
-                kept = _from_line(rest)
-            elif kind == SERIALIZED:
-                kept = self.serializer.loads(rest)
-            else:
-                raise ValueError(f"it starts with {kind!r}, not a request of this queue")
-            if priority is not None:
-                kept = {**kept, "priority": priority}
-            return request_from_dict({**DEFAULTS, **kept}, spider=self.spider)
+            return request_from_dict(self.fields(data, priority), spider=self.spider)
         except Exception as exc:  # (whatever a damaged or foreign entry makes fail)
             raise RequestEncodingError(
                 f"A queued request could not be rebuilt ({type(exc).__name__}: {exc}): "

@@ -1,4 +1,6 @@
-"""Take over a crawl that scrapy-redis's scheduler persisted: its queue at
+"""Take over a crawl that scrapy-redis's scheduler persisted, and hand one back.
+
+Take over: its queue at
 SCHEDULER_QUEUE_KEY (``%(spider)s:requests``: a sorted set for its PriorityQueue, a
 list for its FifoQueue and LifoQueue) moves into the frontier when the scheduler opens,
 a chunk at a time. Its dupefilter set needs no move: it is the ``set`` backend's key.
@@ -9,11 +11,18 @@ nothing twice, and workers opening at once share the work. On a Cluster the old 
 and the frontier's shards are in different slots: a chunk is enqueued, then removed
 from the old queue, so a kill in between enqueues that chunk twice (its pages may be
 fetched twice; none is lost). Interrupted, the next open goes on where it stopped.
+
+Hand back (``scrapy frontier-handback``, with every worker stopped): the requests
+waiting in the frontier, and those leased by workers that are gone, move into
+scrapy-redis's priority queue at SCHEDULER_QUEUE_KEY, pickled as its scheduler pickles
+them, a chunk at a time: each chunk is added there before it leaves the frontier, so an
+interrupted run moves at most one chunk twice, and a second run goes on.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from scrapy.utils.request import request_from_dict
@@ -86,6 +95,67 @@ def _read(serializer: Serializer, member: bytes, codec: RequestCodec, source: st
             f"({type(exc).__name__}: {exc}); set SCHEDULER_SERIALIZER to the serializer it "
             "was written with (it and the requests after it stay there)"
         ) from None
+
+
+@dataclass
+class Handback:
+    """What a hand-back found or moved."""
+
+    waiting: int = 0
+    reclaimed: int = 0
+    moved: int = 0
+    #: Leases still held by a worker that may be alive (none is moved then).
+    held: int = 0
+
+
+def hand_back(
+    queue: FrontierQueue,
+    target: str,
+    codec: RequestCodec,
+    serializer: Serializer | None = None,
+    dry_run: bool = False,
+    chunk: int = CHUNK,
+) -> Handback:
+    """Move every request of ``queue`` into scrapy-redis's priority queue at ``target``
+    (written with ``serializer``: pickle unless SCHEDULER_SERIALIZER). Leases that ended
+    come back first; while any is still held, nothing moves (``held`` says how many)."""
+    server = queue.server
+    kind = as_str(server.type(target))
+    if kind not in ("zset", "none"):
+        raise DedupConfigError(
+            f"SCHEDULER_QUEUE_KEY {target!r} holds a {kind}, not scrapy-redis's priority "
+            "queue (a sorted set); point SCHEDULER_QUEUE_KEY at another key, or move that "
+            "one away yourself"
+        )
+    old = serializer or PickleSerializer()
+    done = Handback()
+    for shard in queue.shards:
+        counts = queue.counts(shard)
+        done.waiting += counts.waiting
+        if dry_run:
+            done.held += counts.held
+            continue
+        while True:  # the leases that ended: back into the queue first
+            answer = queue.call(shard, 1)
+            done.reclaimed += answer.reclaimed
+            if not answer.reclaimed:
+                break
+        done.held += answer.held
+    if done.held or dry_run:
+        return done
+    for shard in queue.shards:
+        for priority in [as_str(p) for p in server.zrange(shard.queue, 0, -1)]:
+            key = shard.list_key(priority)
+            while entries := server.lrange(key, 0, chunk - 1):
+                members = {}
+                for entry in entries:
+                    fields = codec.fields(entry, int(priority))
+                    members[old.dumps(fields)] = -int(priority)
+                server.zadd(target, members)
+                server.ltrim(key, len(entries), -1)  # (each chunk added before it leaves)
+                done.moved += len(entries)
+            server.zrem(shard.queue, priority)
+    return done
 
 
 def old_queue(server: Any, source: str) -> bool:

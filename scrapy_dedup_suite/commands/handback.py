@@ -1,0 +1,95 @@
+"""``scrapy frontier-handback``: the way back from the frontier scheduler to
+scrapy-redis's: its requests move into scrapy-redis's priority queue."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from ..backends import build_backend
+from ..connection import UNREACHABLE
+from ..exceptions import DedupError
+from ..frontier.codec import RequestCodec, serializer
+from ..frontier.queue import FrontierQueue
+from ..frontier.takeover import hand_back
+from ..settings_table import read
+from . import say_unreachable, spider_settings
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "--spider NAME [--dry-run]"
+
+    def short_desc(self) -> str:
+        return "Move the frontier scheduler's requests into scrapy-redis's queue"
+
+    def long_desc(self) -> str:
+        return (
+            "The way back from SCHEDULER = scrapy_dedup_suite.frontier.scheduler.Scheduler "
+            "to scrapy_redis.scheduler.Scheduler: with every worker stopped, the requests "
+            "waiting in the frontier (and those leased by workers that are gone, once their "
+            "lease ended) move into scrapy-redis's priority queue at SCHEDULER_QUEUE_KEY, "
+            "pickled as its scheduler pickles them (or with SCHEDULER_SERIALIZER). Nothing "
+            "moves while a lease is held by a worker that may be alive. The fingerprints "
+            "stay where they are: scrapy-redis's dupefilter reads the set backend's. Exit "
+            "codes: 0 done, 1 error or leases held, 2 usage, 6 Redis unreachable."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="Which crawl")
+        group.add_argument("--spider", metavar="NAME", help="the spider whose queue to move")
+        group.add_argument(
+            "--dry-run", action="store_true", help="say what would move, move nothing"
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if args:
+            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+        if not opts.spider:
+            raise UsageError("Say which spider: --spider NAME")
+        settings = spider_settings(self.settings, opts.spider, "")
+        backend = None
+        try:
+            backend = build_backend(settings, opts.spider)
+            target = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": opts.spider}
+            queue = FrontierQueue.for_backend(backend, target)
+            chosen = serializer(read(settings, "SCHEDULER_SERIALIZER"))
+            done = hand_back(queue, target, RequestCodec(None, chosen), chosen, opts.dry_run)
+        except UNREACHABLE as exc:
+            client = backend.server if backend is not None else None
+            say_unreachable(self, "frontier-handback", client, exc, settings, "to hand back")
+            return
+        except (DedupError, ValueError) as exc:
+            print(f"frontier-handback: {exc}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        if opts.dry_run:
+            held = f"; {done.held:,} lease(s) held now (stop every worker first)"
+            print(
+                f"{done.waiting:,} request(s) waiting would move into {target!r}"
+                + (held if done.held else "")
+            )
+            return
+        if done.held:
+            print(
+                f"frontier-handback: {done.held:,} lease(s) are held by workers that may be "
+                "alive; nothing was moved. Stop every worker (or wait FRONTIER_LEASE after "
+                "the last one died) and run it again.",
+                file=sys.stderr,
+            )
+            self.exitcode = 1
+            return
+        print(
+            f"moved {done.moved:,} request(s) into scrapy-redis's queue {target!r} "
+            f"({done.reclaimed:,} of them had been leased by workers that are gone)"
+        )
