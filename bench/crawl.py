@@ -17,7 +17,8 @@ the crawl (Scrapy's elapsed_time_seconds). Rows:
   batched dupefilter), ``frontier <backend>`` and ``frontier <backend> batched`` (this
   package's scheduler); their ``calls/page`` counts every command a client sent
   (MONITOR, in a crawl of its own at no added latency; commands run inside scripts
-  left out): pops, acknowledgements, records, pushes, idle checks.
+  left out): pops, acknowledgements, records, pushes, idle checks. ``--only-schedulers``:
+  those rows and ``memory`` alone (the ratio column then to ``sr scheduler``).
 
 The Redis rows run on loopback and behind bench/latency_proxy.py for each
 --latency (ms added to each round trip; the PING time measured through the proxy
@@ -258,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--schedulers", action="store_true", help="also the rows with the queue in Redis"
     )
+    parser.add_argument(
+        "--only-schedulers",
+        action="store_true",
+        help="only memory and the rows with the queue in Redis (and the frontier per request)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.child:
@@ -272,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     backends = [b.strip() for b in opts.backends.split(",") if b.strip()]
     binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
+    schedulers = "only" if opts.only_schedulers else opts.schedulers
     rows = measure(
-        opts.pages, opts.links, latencies, backends, opts.concurrency, binary, opts.schedulers
+        opts.pages, opts.links, latencies, backends, opts.concurrency, binary, schedulers
     )
     ceiling = rows[0][3]
     print(
@@ -281,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, latency, ping, rate, used in rows:
         ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
+        ref = ref or next((r[3] for r in rows if r[0] == "sr scheduler" and r[1] == latency), None)
         versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
         per_page = f"{used / opts.pages:10.2f}" if name != "memory" else ""
         print(
@@ -301,7 +309,7 @@ def measure(
     backends: list[str],
     concurrency: int,
     binary: str,
-    schedulers: bool = False,
+    schedulers: bool | str = False,
 ) -> list[Row]:
     """Every row's crawl (the first is ``memory``, on no Redis), printing each as it ends."""
     site = Site(pages, links)
@@ -340,6 +348,8 @@ def measure(
                 configs.append((backend, ours))
                 configs.append((f"{backend} batched", {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}))
             queued = scheduler_rows(backends, pages) if schedulers else []
+            if schedulers == "only":
+                configs = []
             for name, settings in configs + queued:
                 direct.flushall()
                 direct.config_resetstat()

@@ -8,8 +8,9 @@ into ``SPIDER_MIDDLEWARES`` (a page's links in one round trip) and
 ``FailedPagesMiddleware`` into ``DOWNLOADER_MIDDLEWARES`` (a page whose download failed
 for good is forgotten at the close, DEDUP_FORGET_FAILED), and enables the
 summary extension, and the janitor extension where the backend ``DEDUP_BACKEND`` names
-has expiries to purge or restore. What the project set itself is kept, and the log
-says what the add-on set and what it left.
+has expiries to purge or restore; with ``DEDUP_FRONTIER``, the frontier scheduler in
+place of scrapy-redis's. What the project set itself is kept, and the log says what the
+add-on set and what it left.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Addon:
         ]
         if capabilities.purge_expired or capabilities.restore_expiry:
             components.append(("EXTENSIONS", JanitorExtension, JANITOR_ORDER))
+        _frontier(settings, said, kept)
         for name, cls, order in components:
             given = _order_in(settings, name, cls)
             if given is _ABSENT:
@@ -79,6 +81,39 @@ class Addon:
             ", ".join(said) or "nothing",
             f"; kept the project's {', '.join(kept)}" if kept else "",
         )
+
+
+FRONTIER = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+#: The schedulers DEDUP_FRONTIER replaces: scrapy-redis's, and Scrapy's own default.
+REPLACED_SCHEDULERS = ("scrapy_redis.scheduler.Scheduler", "scrapy.core.scheduler.Scheduler")
+
+
+def _frontier(settings: BaseSettings, said: list[str], kept: list[str]) -> None:
+    """DEDUP_FRONTIER: the frontier scheduler in place of scrapy-redis's (or Scrapy's
+    default), at the priority the project gave SCHEDULER: it asked for the swap."""
+    if not read(settings, "DEDUP_FRONTIER"):
+        return
+    current = settings.get("SCHEDULER")
+    path = current if isinstance(current, str) else _path_of(current)
+    if path == FRONTIER:
+        kept.append(f"SCHEDULER = {FRONTIER!r}")
+    elif path in REPLACED_SCHEDULERS:
+        priority = max(settings.getpriority("SCHEDULER") or 0, SETTINGS_PRIORITIES["addon"])
+        settings.set("SCHEDULER", FRONTIER, priority=priority)
+        said.append(f"SCHEDULER = {FRONTIER!r} in place of {path!r} (DEDUP_FRONTIER)")
+    else:
+        logger.warning(
+            "scrapy_dedup_suite add-on: DEDUP_FRONTIER is on but SCHEDULER = %r is not "
+            "scrapy-redis's or Scrapy's; it is kept. Set SCHEDULER = %r yourself to use "
+            "the frontier",
+            current,
+            FRONTIER,
+        )
+        kept.append(f"SCHEDULER = {current!r}")
+
+
+def _path_of(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else repr(obj)
 
 
 _ABSENT: Any = object()

@@ -126,3 +126,27 @@ def test_the_addon_is_the_package_attribute():
     import scrapy_dedup_suite
 
     assert scrapy_dedup_suite.Addon is Addon
+
+
+@pytest.mark.parametrize(
+    "scheduler", [None, "scrapy_redis.scheduler.Scheduler", "scrapy.core.scheduler.Scheduler"]
+)
+def test_dedup_frontier_puts_the_frontier_in_place_of_scrapy_redis_s_scheduler(scheduler, caplog):
+    project = {"DEDUP_FRONTIER": True, **({"SCHEDULER": scheduler} if scheduler else {})}
+    settings = Settings()
+    settings.setdict(project, priority="project")
+    with caplog.at_level("INFO", logger="scrapy_dedup_suite.addon"):
+        Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+    assert "(DEDUP_FRONTIER)" in caplog.text
+
+
+def test_dedup_frontier_keeps_a_scheduler_of_the_project_s_own_and_says_so(caplog):
+    settings = Settings()
+    settings.setdict({"DEDUP_FRONTIER": True, "SCHEDULER": "myproject.Sched"}, priority="project")
+    Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "myproject.Sched"
+    assert "DEDUP_FRONTIER is on but SCHEDULER = 'myproject.Sched'" in caplog.text
+    plain = Settings({"SCHEDULER": "scrapy_redis.scheduler.Scheduler"})
+    Addon().update_settings(plain)
+    assert plain["SCHEDULER"] == "scrapy_redis.scheduler.Scheduler"  # not asked: kept

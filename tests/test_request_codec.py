@@ -69,13 +69,30 @@ def requests_of(spider):
         "json": JsonRequest(URL, data={"q": [1, 2]}, callback=spider.parse_item),
         "depth 0": scrapy.Request(URL, meta={"depth": 0}),
         "non-ASCII URL": scrapy.Request("https://example.com/über café?q=ß"),
+        # What a link of a crawl is: RefererMiddleware and DepthMiddleware have seen it.
+        "link": scrapy.Request(
+            URL,
+            callback=spider.parse,
+            meta={"depth": 2},
+            headers={"Referer": URL + "x"},
+            encoding="cp1252",  # (Request.follow takes the response's)
+        ),
+        "priority": scrapy.Request(URL, callback=spider.parse, priority=3),
+        "two headers": scrapy.Request(URL, headers={"Referer": URL, "X-A": "1"}),
+        "referer with a space": scrapy.Request(URL, headers={"Referer": "a b"}),
+        "negative depth": scrapy.Request(URL, callback=spider.parse, meta={"depth": -1}),
+        "followed": scrapy.http.HtmlResponse(URL, body=b"<a href='/x'>x</a>").follow(
+            "/x", callback=spider.parse
+        ),
     }
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["plain", "callback and depth", "everything", "form", "json", "depth 0", "non-ASCII URL"],
-)
+ALL = ["plain", "callback and depth", "everything", "form", "json", "depth 0"]
+ALL += ["non-ASCII URL", "link", "priority", "two headers", "referer with a space"]
+ALL += ["followed"]
+
+
+@pytest.mark.parametrize("case", [*ALL, "negative depth"])
 def test_a_request_comes_back_as_it_went(spider, case):
     request = requests_of(spider)[case]
     codec = RequestCodec(spider)
@@ -89,15 +106,26 @@ def test_a_request_comes_back_as_it_went(spider, case):
 def test_the_common_request_is_a_short_line_and_the_rest_is_serialized(spider):
     codec = RequestCodec(spider)
     made = {case: codec.encode(r) for case, r in requests_of(spider).items()}
-    for case in ("plain", "callback and depth", "depth 0", "non-ASCII URL"):
+    for case in ("plain", "callback and depth", "depth 0", "non-ASCII URL", "link", "followed"):
         assert made[case].startswith(LINE), case
     for case in ("everything", "form", "json"):
         assert made[case].startswith(SERIALIZED), case
     line = made["callback and depth"]
-    assert line == LINE + f"3 parse_item {URL}".encode()
+    assert line == LINE + f"3 parse_item  {URL}".encode()
+    assert made["link"] == LINE + f"2 parse cp1252 {URL} {URL}x".encode()
     # scrapy-redis's entry for the same request: a pickle of every field.
     theirs = pickle.dumps(requests_of(spider)["callback and depth"].to_dict(spider=spider), -1)
     assert len(line) < len(theirs) / 2
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["with priority", "priority apart"])
+def test_the_quick_line_is_the_line_to_dict_gives(spider, apart):
+    """encode() reads a plain request's line off it without to_dict(): byte for byte
+    what the general path gives, for every case (and None where that is no line)."""
+    quick, general = RequestCodec(spider), RequestCodec(spider)
+    general._quick_line = lambda request, priority_apart: None  # type: ignore[method-assign]
+    for case, request in requests_of(spider).items():
+        assert quick.encode(request, apart) == general.encode(request, apart), case
 
 
 def test_a_request_that_cannot_be_stored_is_an_error_naming_it(spider):

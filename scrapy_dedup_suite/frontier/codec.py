@@ -3,10 +3,12 @@
 scrapy-redis stores each request as a pickle of ``request.to_dict()``: every field,
 defaults included (about 250 bytes for a 60-character URL before Redis's own overhead).
 Here only what differs from a plain ``Request``'s defaults is kept, and the most common
-request of a crawl (a GET of a URL, with a callback name and the depth DepthMiddleware
-sets) is a short line of text::
+request of a crawl (a GET of a URL, with a callback name, the depth DepthMiddleware
+sets and the Referer header RefererMiddleware sets) is a short line of text::
 
-    b"\\x01" + depth + b" " + callback + b" " + url      (depth, callback: may be empty)
+    b"\\x01" + depth + b" " + callback + b" " + encoding + b" " + url [+ b" " + referer]
+    (depth, callback: may be empty; encoding: empty for utf-8, else the one
+    Request.follow took from the response; the referer is there when the header is)
 
 Anything else is ``b"\\x02"`` and the serializer's encoding of the fields that differ
 (pickle by default; SCHEDULER_SERIALIZER, a module with ``loads`` and ``dumps`` as
@@ -24,6 +26,7 @@ import importlib
 import pickle
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy import Request as PlainRequest
 from scrapy.utils.request import request_from_dict
 
 from ..exceptions import DedupConfigError, DedupError
@@ -83,6 +86,9 @@ class RequestCodec:
     def encode(self, request: Request, priority_apart: bool = False) -> bytes:
         """``request`` as stored; ``priority_apart``: without its priority, which the
         queue keeps beside it (give it back to :meth:`decode`)."""
+        line = self._quick_line(request, priority_apart)
+        if line is not None:
+            return line
         try:
             fields = request.to_dict(spider=self.spider)
         except ValueError as exc:  # a callback or errback that is not a spider method
@@ -106,6 +112,46 @@ class RequestCodec:
                 "meta and cb_kwargs, or set SCHEDULER_SERIALIZER to a module that can"
             ) from None
         return SERIALIZED + (data.encode("utf-8") if isinstance(data, str) else data)
+
+    def _quick_line(self, request: Request, priority_apart: bool) -> bytes | None:
+        """The short line of a plain request, read off it without ``to_dict()`` (which a
+        crawl would pay for every link, seen or new); None when it may be anything else
+        (then :meth:`encode` asks ``to_dict()``, and gives the same line if it is one)."""
+        if (
+            type(request) is not PlainRequest
+            or request.method != "GET"
+            or request.body
+            or request.errback is not None
+            or request.cb_kwargs
+            or request.flags
+            or request.cookies
+            or request.dont_filter
+            or (request.priority and not priority_apart)
+        ):
+            return None
+        callback = request.callback
+        name = ""
+        if callback is not None:
+            func = getattr(callback, "__func__", None)
+            if getattr(callback, "__self__", None) is not self.spider or func is None:
+                return None
+            name = func.__name__
+            if getattr(self.spider, name, None) != callback:
+                return None
+        headers = request.headers
+        referer = None
+        if headers:
+            if len(headers) != 1 or b"Referer" not in headers:
+                return None
+            values = headers.getlist(b"Referer")
+            if len(values) != 1:
+                return None
+            referer = values[0].decode("latin-1")
+        meta = request.meta
+        depth = meta.get("depth")
+        if len(meta) > (depth is not None) or (depth is not None and type(depth) is not int):
+            return None
+        return _line(depth, name, request.encoding, request.url, referer)
 
     def fields(self, data: bytes, priority: int | None = None) -> dict[str, Any]:
         """What ``Request.to_dict()`` said of the request ``data`` holds (callbacks by
@@ -154,29 +200,60 @@ def serializer(value: Any) -> Serializer | None:
 
 
 def _as_line(kept: dict[str, Any]) -> bytes | None:
-    """``kept`` as the short line, if it is a GET with at most a callback name and a
-    depth; else None."""
+    """``kept`` as the short line, if it is a GET with at most a callback name, a depth
+    and a Referer header (what Scrapy's RefererMiddleware gives every link); else None."""
     callback = kept.get("callback") or ""
     meta = kept.get("meta", {})
-    depth = meta.get("depth")
+    headers = kept.get("headers", {})
+    referer = headers.get(b"Referer")
     if (
-        set(kept) - {"url", "callback", "meta"}
+        set(kept) - {"url", "callback", "meta", "headers", "encoding"}
         or set(meta) - {"depth"}
-        or (depth is not None and (type(depth) is not int or depth < 0))
+        or set(headers) - {b"Referer"}
+        or (referer is not None and (len(referer) != 1 or not isinstance(referer[0], bytes)))
+        or (meta.get("depth") is not None and type(meta["depth"]) is not int)
         or not isinstance(callback, str)
-        or " " in callback
-        or " " in kept["url"]
     ):
         return None
-    text = f"{'' if depth is None else depth} {callback} {kept['url']}"
-    return LINE + text.encode("utf-8")
+    text = None if referer is None else referer[0].decode("latin-1")
+    encoding = kept.get("encoding", DEFAULTS["encoding"])
+    return _line(meta.get("depth"), callback, encoding, kept["url"], text)
+
+
+def _line(
+    depth: int | None, callback: str, encoding: str, url: str, referer: str | None
+) -> bytes | None:
+    """``depth callback encoding url [referer]`` (the encoding empty for utf-8, which
+    Request.follow makes the response's); None when a part could not be read back (a
+    space in one, a negative depth)."""
+    if (
+        (depth is not None and depth < 0)
+        or " " in callback
+        or not isinstance(encoding, str)
+        or " " in encoding
+        or " " in url
+        or (referer is not None and (" " in referer or not referer))
+    ):
+        return None
+    coded = "" if encoding == DEFAULTS["encoding"] else encoding
+    text = f"{'' if depth is None else depth} {callback} {coded} {url}"
+    if referer is not None:
+        text += f" {referer}"
+    try:
+        return LINE + text.encode("utf-8")
+    except UnicodeEncodeError:  # (a lone surrogate): the serializer keeps it
+        return None
 
 
 def _from_line(rest: bytes) -> dict[str, Any]:
-    depth, callback, url = rest.decode("utf-8").split(" ", 2)
+    depth, callback, encoding, url, *referer = rest.decode("utf-8").split(" ", 4)
     kept: dict[str, Any] = {"url": url}
+    if encoding:
+        kept["encoding"] = encoding
     if callback:
         kept["callback"] = callback
     if depth:
         kept["meta"] = {"depth": int(depth)}
+    if referer:
+        kept["headers"] = {b"Referer": [referer[0].encode("latin-1")]}
     return kept

@@ -7,6 +7,14 @@ from ..settings_kinds import TEN_YEARS, Checked, Flag, Seconds, Setting, Text, W
 
 FRONTIER_SETTINGS: tuple[Setting, ...] = (
     Setting(
+        "DEDUP_FRONTIER",
+        False,
+        Flag(),
+        "the add-on sets `SCHEDULER` to the frontier scheduler where the project uses "
+        "scrapy-redis's (or Scrapy's default), and says so in its log line",
+        table="frontier",
+    ),
+    Setting(
         "SCHEDULER_PERSIST",
         False,
         Flag(),
