@@ -63,10 +63,13 @@ class TreeSite:
                 n = int(self.path.rsplit("/", 1)[1])
                 links = "".join(f'<a href="/page/{c}">{c}</a>' for c in children(n, pages))
                 body = f"<html><body>{links}</body></html>".encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # (the worker that asked was killed)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -5,8 +5,9 @@ priority queue (its default: a sorted set of pickled request dicts) and its FIFO
     python -m bench.frontier_memory [--requests 1000000] [--server BINARY]
 
 Each row alone in a flushed server: the growth of ``used_memory`` over n requests, /n.
-The requests are what a crawl queues: a GET of a 60-character URL with a callback and
-its depth (``priorities`` distinct priorities, as DEPTH_PRIORITY gives one per depth),
+The requests are what a crawl queues: a GET of a 60-character URL with a callback, its
+depth (``priorities`` distinct priorities, as DEPTH_PRIORITY gives one per depth) and the
+Referer header RefererMiddleware gives a link (its parent's URL, of the same length),
 each encoded as its scheduler encodes it.
 """
 
@@ -43,6 +44,9 @@ def requests(n: int, priorities: int) -> list[Request]:
             callback=spider.parse,
             priority=-(i % priorities),
             meta={"depth": i % priorities},
+            headers={
+                "Referer": f"https://www.example.com/catalogue/item-{i // 5:012d}/page.html?ref=abc"
+            },
         )
         for i in range(n)
     ]

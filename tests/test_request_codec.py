@@ -78,6 +78,9 @@ def requests_of(spider):
             encoding="cp1252",  # (Request.follow takes the response's)
         ),
         "priority": scrapy.Request(URL, callback=spider.parse, priority=3),
+        "non-ASCII link": scrapy.Request(
+            "https://example.com/über/€?q=ß", headers={"Referer": "https://example.com/über/€"}
+        ),
         "two headers": scrapy.Request(URL, headers={"Referer": URL, "X-A": "1"}),
         "referer with a space": scrapy.Request(URL, headers={"Referer": "a b"}),
         "negative depth": scrapy.Request(URL, callback=spider.parse, meta={"depth": -1}),
@@ -89,7 +92,7 @@ def requests_of(spider):
 
 ALL = ["plain", "callback and depth", "everything", "form", "json", "depth 0"]
 ALL += ["non-ASCII URL", "link", "priority", "two headers", "referer with a space"]
-ALL += ["followed"]
+ALL += ["followed", "non-ASCII link"]
 
 
 @pytest.mark.parametrize("case", [*ALL, "negative depth"])
@@ -112,7 +115,7 @@ def test_the_common_request_is_a_short_line_and_the_rest_is_serialized(spider):
         assert made[case].startswith(SERIALIZED), case
     line = made["callback and depth"]
     assert line == LINE + f"3 parse_item  {URL}".encode()
-    assert made["link"] == LINE + f"2 parse cp1252 {URL} {URL}x".encode()
+    assert made["link"] == LINE + f"2 parse cp1252 {URL} {len(URL)},x".encode()
     # scrapy-redis's entry for the same request: a pickle of every field.
     theirs = pickle.dumps(requests_of(spider)["callback and depth"].to_dict(spider=spider), -1)
     assert len(line) < len(theirs) / 2

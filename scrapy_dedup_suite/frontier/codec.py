@@ -8,7 +8,8 @@ sets and the Referer header RefererMiddleware sets) is a short line of text::
 
     b"\\x01" + depth + b" " + callback + b" " + encoding + b" " + url [+ b" " + referer]
     (depth, callback: may be empty; encoding: empty for utf-8, else the one
-    Request.follow took from the response; the referer is there when the header is)
+    Request.follow took from the response; the referer, when the header is there, as
+    the length of the start it shares with the URL, a comma, and the rest)
 
 Anything else is ``b"\\x02"`` and the serializer's encoding of the fields that differ
 (pickle by default; SCHEDULER_SERIALIZER, a module with ``loads`` and ``dumps`` as
@@ -23,6 +24,7 @@ callback that is not a spider method, a meta value that cannot be serialized) is
 from __future__ import annotations
 
 import importlib
+import os.path
 import pickle
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -237,8 +239,9 @@ def _line(
         return None
     coded = "" if encoding == DEFAULTS["encoding"] else encoding
     text = f"{'' if depth is None else depth} {callback} {coded} {url}"
-    if referer is not None:
-        text += f" {referer}"
+    if referer is not None:  # the part it shares with the URL (its parent's) as a length
+        shared = len(os.path.commonprefix([url, referer]))  # noqa: RUF071 - characters
+        text += f" {shared},{referer[shared:]}"
     try:
         return LINE + text.encode("utf-8")
     except UnicodeEncodeError:  # (a lone surrogate): the serializer keeps it
@@ -255,5 +258,7 @@ def _from_line(rest: bytes) -> dict[str, Any]:
     if depth:
         kept["meta"] = {"depth": int(depth)}
     if referer:
-        kept["headers"] = {b"Referer": [referer[0].encode("latin-1")]}
+        shared, _, tail = referer[0].partition(",")
+        value = url[: int(shared)] + tail
+        kept["headers"] = {b"Referer": [value.encode("latin-1")]}
     return kept
