@@ -316,3 +316,41 @@ def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(
     server.set("site:requests", "x")
     wrong = handback()
     assert wrong.returncode == 1 and "holds a string" in wrong.stderr
+
+
+@pytest.mark.single_server
+def test_an_outage_keeps_requests_and_costs_one_failed_call_a_second(server):
+    """Redis away: the requests are kept (none lost, none refused), new ones join them
+    without a call until RETRY_EVERY passed (the clock injected), and all are recorded
+    and enqueued once Redis answers again."""
+    from collections import Counter
+
+    from scrapy import Request
+
+    from scrapy_dedup_suite.backends.compact import CompactBackend
+    from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.incoming import Incoming
+
+    df = RFPDupeFilter(CompactBackend(server, "t:dedup", capacity=5_000, shards=4))
+    df.open()
+    counted: Counter[str] = Counter()
+    incoming = Incoming(
+        df, RequestCodec(_Spider()), lambda name, n=1: counted.update({name: n}), lambda: None
+    )
+    incoming.queue = queue = FrontierQueue(server, ["t:requests"])
+    now = [100.0]
+    incoming.clock = lambda: now[0]
+    live = df.backend.server
+    df.backend.server = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens
+    sent = [Request(f"http://example.com/{i}") for i in range(4)]
+    assert all(incoming.enqueue(r) for r in sent[:3])  # taken, kept
+    assert counted["frontier/failed_calls"] == 1 and len(incoming.unpushed) == 3
+    df.backend.server = live
+    now[0] += 1.5
+    assert incoming.enqueue(sent[3])
+    assert incoming.unpushed == [] and counted["frontier/enqueued"] == 4
+    assert sorted(e for _, _, e in take_all(queue)) == sorted(
+        RequestCodec(_Spider()).encode(r, priority_apart=True) for r in sent
+    )
+    assert not incoming.enqueue(Request("http://example.com/0"))  # recorded: seen

@@ -7,9 +7,10 @@ until then nothing is acknowledged, since its parent may be among it."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
@@ -22,6 +23,32 @@ if TYPE_CHECKING:
     from ..dupefilter import RFPDupeFilter
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between tries of the requests kept after a failed call (meanwhile new ones
+#: join them without a call: an outage costs a failed call a second, not one a link).
+RETRY_EVERY = 1.0
+
+
+class Quiet:
+    """Each WARNING (by its message) said at most once a minute, with how many times
+    it was not said since."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, every: float = 60.0):
+        self.clock = clock
+        self.every = every
+        self._said: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+
+    def warn(self, message: str, *args: Any) -> None:
+        now = self.clock()
+        if now - self._said.get(message, -float("inf")) < self.every:
+            self._unsaid[message] = self._unsaid.get(message, 0) + 1
+            return
+        unsaid = self._unsaid.pop(message, 0)
+        self._said[message] = now
+        if unsaid:
+            message += f" ({unsaid} more like it since the last one)"
+        logger.warning(message, *args)
 
 
 @dataclass
@@ -61,6 +88,10 @@ class Incoming:
         #: Requests a batch recorded and enqueued, on their way to ``enqueue_request``.
         self.enqueued: set[Request] = set()
         self._next_shard = 0
+        self.clock: Callable[[], float] = time.monotonic
+        #: When the kept requests are tried again (after a failed call).
+        self.retry_at = -float("inf")
+        self.quiet = Quiet(self.clock)
 
     def _encode(self, request: Request) -> bytes | None:
         try:
@@ -78,6 +109,9 @@ class Incoming:
         if entry is None:
             return False
         if self.unpushed:
+            if self.clock() < self.retry_at:  # Redis failed a moment ago: kept, no call
+                self.unpushed.append((request, entry))
+                return True
             self.push_unpushed()
         new = self._record([(request, entry)])[0]
         if new is None:
@@ -184,14 +218,22 @@ class Incoming:
 
     def _failed(self, error: Exception) -> None:
         self._count("frontier/failed_calls")
-        logger.warning(
-            "The frontier could not record and enqueue a request (kept, tried again; "
-            "nothing is acknowledged meanwhile): %s",
+        self.retry_at = self.clock() + RETRY_EVERY
+        self.quiet.warn(
+            "The frontier could not record and enqueue requests (kept, tried again each "
+            "second; nothing is acknowledged meanwhile): %s",
             error,
         )
 
-    def push_unpushed(self) -> None:
+    def push_unpushed(self, now: bool = False) -> None:
+        """Send the kept requests again (``now``: even within RETRY_EVERY of a failure)."""
+        if not now and self.clock() < self.retry_at:
+            return
         unpushed, self.unpushed = self.unpushed, []
         for (request, entry), new in zip(unpushed, self._record(unpushed)):
             if new is None:
                 self.unpushed.append((request, entry))
+            elif new:  # (seen: another call recorded and enqueued it, or a worker did)
+                self._count("scheduler/enqueued/redis")
+                self._count("frontier/enqueued")
+                self.on_enqueued()

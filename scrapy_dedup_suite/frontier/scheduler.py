@@ -167,7 +167,7 @@ class Scheduler(BaseScheduler):
         if self._renewing is not None and self._renewing.running:
             self._renewing.stop()
         if self.incoming.unpushed:
-            self.incoming.push_unpushed()
+            self.incoming.push_unpushed(now=True)
         if self.incoming.unpushed:
             logger.error(
                 "%d request(s) could not be recorded and enqueued before the close; the "
@@ -264,7 +264,7 @@ class Scheduler(BaseScheduler):
             try:
                 leased = self._call(shard, self.options.prefetch)
             except Exception as exc:  # Redis away: nothing taken; the engine asks again
-                logger.warning("The frontier could not lease requests: %s", exc)
+                self.incoming.quiet.warn("The frontier could not lease requests: %s", exc)
                 return
             for lease_id, priority, entry in leased.requests:
                 try:
@@ -317,7 +317,7 @@ class Scheduler(BaseScheduler):
                 self.queue.call(shard, self.lease_ms, 0, acks, held.get(shard, ()))
             except Exception as exc:
                 self._acks.setdefault(shard, []).extend(acks)
-                logger.warning("The frontier could not renew its leases: %s", exc)
+                self.incoming.quiet.warn("The frontier could not renew its leases: %s", exc)
                 continue
             self._count("frontier/acknowledged", len(acks))
 
@@ -332,7 +332,7 @@ class Scheduler(BaseScheduler):
         try:
             waiting, held = self._look()
         except Exception as exc:  # Redis away: say pending, and look again later
-            logger.warning("The frontier could not look at the queue: %s", exc)
+            self.incoming.quiet.warn("The frontier could not look at the queue: %s", exc)
             return True
         now = self.clock()
         if waiting or held:
