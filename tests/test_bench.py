@@ -140,3 +140,47 @@ def test_request_seen_bench_counts_python_calls(redis_server):
     rows = {line.split()[0]: float(line.split()[1]) for line in proc.stdout.splitlines()[1:]}
     assert list(rows) == ["scrapy-redis", "set", "hash", "compact", "bloom", "windowed-bloom"]
     assert all(100 < calls < 1000 for calls in rows.values()), rows
+
+
+def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_frontier_memory_bench_runs(redis_server):
+    out = run_bench("bench.frontier_memory", "--requests", "3000", "--server", redis_server.binary)
+    per = {
+        line.strip().split("  ")[0]: float(line.split()[-5])
+        for line in out.stdout.splitlines()
+        if "B/request" in line
+    }
+    assert set(per) == {"scrapy-redis priority queue", "scrapy-redis FIFO queue", "frontier"}
+    assert per["frontier"] < per["scrapy-redis priority queue"] / 2, out.stdout
+
+
+def test_frontier_kills_bench_runs(redis_server):
+    out = run_bench(
+        "bench.frontier_kills", "--kills", "1", "--pages", "200", "--server", redis_server.binary
+    )
+    frontier = next(line for line in out.stdout.splitlines() if "frontier" in line)
+    assert "lost:     0 in all" in frontier, out.stdout
+    assert "scrapy-redis" in out.stdout
+
+
+def test_crawl_bench_counts_the_schedulers_calls(redis_server):
+    out = run_bench(
+        "bench.crawl", "--pages", "60", "--links", "5", "--latency", "0",
+        "--backends", "compact", "--only-schedulers", "--server", redis_server.binary,
+    )  # fmt: skip
+    rows = {line[:22].strip(): line.split() for line in out.stdout.splitlines()[-6:]}
+    assert set(rows) == {
+        "memory", "sr scheduler", "sr scheduler, compact", "frontier compact",
+        "frontier compact b.",
+    }, out.stdout  # fmt: skip
+    per_page = float(rows["frontier compact b."][-1])
+    assert 0.5 < per_page < 3, out.stdout  # about one call a page, everything counted

@@ -26,9 +26,7 @@ def source_text() -> str:
 
 def test_every_stat_the_package_counts_is_in_the_stats_page():
     # Literal names (stats.inc_value("dedup/added"), the janitor's, the batch path's...).
-    counted = set(
-        re.findall(r'"((?:dedup|bloomfilter|frontier)/[a-z_/]+[a-z_])"', source_text())
-    )
+    counted = set(re.findall(r'"((?:dedup|bloomfilter|frontier)/[a-z_/]+[a-z_])"', source_text()))
     assert "dedup/added" in counted and "bloomfilter/filtered" in counted, counted
     stats = (DOCS / "stats.md").read_text(encoding="utf-8")
     missing = sorted(name for name in counted if f"`{name}`" not in stats)

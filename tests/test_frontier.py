@@ -221,7 +221,7 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     backend = build_backend(settings, "spider", server=server)
     backend.open()
     queue = FrontierQueue.for_backend(backend, "spider:requests")
-    record_and_enqueue(backend, queue, fps(30), [None] * 30, [(0, b"\x01 parse u")] * 30)
+    record_and_enqueue(backend, queue, fps(30), [None] * 30, [(0, b"\x01 parse  u")] * 30)
     dead = FrontierQueue.for_backend(backend, "spider:requests")
     for shard in dead.shards:
         dead.call(shard, 0, take=2)  # leases that ended at once: a dead worker's
@@ -298,7 +298,7 @@ def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(
 
     queue = FrontierQueue(server, ["site:requests"])
     queue.push(
-        queue.shards[0], [(0, f"\x01 parse http://example.com/{i}".encode()) for i in range(3)]
+        queue.shards[0], [(0, f"\x01 parse  http://example.com/{i}".encode()) for i in range(3)]
     )
     held = FrontierQueue(server, ["site:requests"]).call(queue.shards[0], 60_000, take=1)
     refused = handback()

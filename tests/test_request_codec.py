@@ -147,7 +147,7 @@ def test_a_request_that_cannot_be_stored_is_an_error_naming_it(spider):
 def test_an_entry_that_cannot_be_read_is_an_error_naming_it(spider):
     codec = RequestCodec(spider)
     for junk in (b"", b"\x03what", SERIALIZED + b"not a pickle", LINE + b"no-spaces"):
-        with pytest.raises(RequestEncodingError, match="could not be rebuilt"):
+        with pytest.raises(RequestEncodingError, match="could not be read"):
             codec.decode(junk)
     queued = codec.encode(scrapy.Request(URL, callback=spider.parse_item))
     renamed = RequestCodec(Renamed())  # a deploy that renamed the callback

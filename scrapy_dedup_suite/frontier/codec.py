@@ -159,21 +159,27 @@ class RequestCodec:
         """What ``Request.to_dict()`` said of the request ``data`` holds (callbacks by
         name), without rebuilding it (``priority``: the one kept beside it)."""
         kind, rest = data[:1], data[1:]
-        if kind == LINE:
-            kept = _from_line(rest)
-        elif kind == SERIALIZED:
-            kept = self.serializer.loads(rest)
-        else:
-            raise ValueError(f"it starts with {kind!r}, not a request of this queue")
+        try:
+            if kind == LINE:
+                kept = _from_line(rest)
+            elif kind == SERIALIZED:
+                kept = self.serializer.loads(rest)
+            else:
+                raise ValueError(f"it starts with {kind!r}, not a request of this queue")
+        except Exception as exc:  # (whatever a damaged or foreign entry makes fail)
+            raise RequestEncodingError(
+                f"A queued request could not be read ({type(exc).__name__}: {exc}): {data[:120]!r}"
+            ) from None
         if priority is not None:
             kept = {**kept, "priority": priority}
         return {**DEFAULTS, **kept}
 
     def decode(self, data: bytes, priority: int | None = None) -> Request:
         """The request ``data`` holds (``priority``: the one kept beside it)."""
+        fields = self.fields(data, priority)
         try:
-            return request_from_dict(self.fields(data, priority), spider=self.spider)
-        except Exception as exc:  # (whatever a damaged or foreign entry makes fail)
+            return request_from_dict(fields, spider=self.spider)
+        except Exception as exc:  # (a callback the spider lacks, a class gone...)
             raise RequestEncodingError(
                 f"A queued request could not be rebuilt ({type(exc).__name__}: {exc}): "
                 f"{data[:120]!r}"
