@@ -155,7 +155,7 @@ def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_frontier_memory_bench_runs(redis_server):
     out = run_bench("bench.frontier_memory", "--requests", "3000", "--server", redis_server.binary)
     per = {
-        line.strip().split("  ")[0]: float(line.split()[-5])
+        line.strip().split("  ")[0]: float(line.split()[-6])
         for line in out.stdout.splitlines()
         if "B/request" in line
     }

@@ -354,3 +354,45 @@ def test_an_outage_keeps_requests_and_costs_one_failed_call_a_second(server):
         RequestCodec(_Spider()).encode(r, priority_apart=True) for r in sent
     )
     assert not incoming.enqueue(Request("http://example.com/0"))  # recorded: seen
+
+
+@pytest.mark.single_server
+def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(server, redis_url):
+    """has_pending_requests says "pending" for leases other workers hold (their pages may
+    yield more), not for this worker's own: right after it took the last requests, and
+    once it is done with them, nothing is pending (else its crawl waits for the engine's
+    next heartbeat to close, or forever)."""
+    from types import SimpleNamespace
+
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_dedup_suite.frontier.scheduler import Scheduler
+
+    class SiteSpider(Spider):
+        name = "site"
+
+    crawler = get_crawler(SiteSpider, {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 8})
+    slot = SimpleNamespace(inprogress=set())  # what the engine's slot offers the scheduler
+    crawler.engine = SimpleNamespace(_slot=slot)
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.open(SiteSpider())
+    try:
+        for i in range(3):
+            assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        taken = [scheduler.next_request() for _ in range(3)]
+        assert all(taken) and scheduler.next_request() is None
+        assert not scheduler.has_pending_requests()
+        other = FrontierQueue(server, ["site:requests"])  # another worker takes one
+        scheduler.enqueue_request(Request("http://example.com/other"))
+        assert other.call(other.shards[0], 60_000, take=1).requests
+        scheduler._seen.clear()  # (what it said a second ago is stale)
+        assert scheduler.has_pending_requests()  # that one's page may yield more
+        for request in taken:  # the engine is done with ours: acknowledged by the next call
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        assert scheduler._acks
+        scheduler.close("finished")
+        assert scheduler.stats.get_value("frontier/acknowledged") == 3
+    finally:
+        server.flushall()

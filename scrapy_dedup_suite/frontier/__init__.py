@@ -1,2 +1,3 @@
-"""The frontier: the crawl's queue of requests in Redis (in progress: the request
-encoding is here; the scheduler that uses it comes next)."""
+"""The frontier: the crawl's queue of requests in Redis, leased and acknowledged
+(:mod:`.scheduler`), recorded and enqueued in one call (:mod:`.record`), kept in a
+compact encoding (:mod:`.codec`) in lists per priority (:mod:`.queue`)."""

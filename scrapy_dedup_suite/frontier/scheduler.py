@@ -292,6 +292,7 @@ class Scheduler(BaseScheduler):
         self._count("frontier/reclaimed", leased.reclaimed)
         ours = sum(1 for s, _ in self._in_flight.values() if s == shard)
         ours += sum(1 for _, s, _ in self._taken if s == shard)
+        ours += len(leased.requests)  # (taken by this call: not yet in _taken)
         self._seen[shard] = (leased.waiting, leased.held - ours, self.clock())
         return leased
 
