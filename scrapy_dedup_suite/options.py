@@ -19,6 +19,7 @@ from scrapy.settings import BaseSettings
 from . import config
 from .bloom_math import BloomParams, Scaling, SizingError
 from .exceptions import DedupConfigError
+from .frontier.codec import serializer
 from .native_math import NativeParams
 from .settings_table import read
 from .windows import WindowSpec
@@ -255,4 +256,30 @@ class BatchOptions:
             read(settings, "DEDUP_BATCH_SIZE"),
             read(settings, "DEDUP_BATCH_THREADS"),
             read(settings, "DEDUP_BATCH_OUTAGE_WAIT"),
+        )
+
+
+@dataclass(frozen=True)
+class FrontierOptions:
+    """The frontier scheduler's settings (scrapy-redis's where they are its)."""
+
+    persist: bool
+    flush_on_start: bool
+    idle_before_close: float
+    queue_key: str
+    lease: float
+    prefetch: int
+    serializer: Any
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FrontierOptions:
+        prefetch = read(settings, "FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
+        return cls(
+            persist=read(settings, "SCHEDULER_PERSIST"),
+            flush_on_start=read(settings, "SCHEDULER_FLUSH_ON_START"),
+            idle_before_close=read(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
+            queue_key=read(settings, "SCHEDULER_QUEUE_KEY"),
+            lease=read(settings, "FRONTIER_LEASE"),
+            prefetch=max(1, prefetch),
+            serializer=serializer(read(settings, "SCHEDULER_SERIALIZER")),
         )

@@ -22,7 +22,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
@@ -32,8 +31,8 @@ from twisted.internet import task
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
 from ..middleware import engine_slot
-from ..settings_table import read
-from .codec import RequestCodec, RequestEncodingError, serializer
+from ..options import FrontierOptions
+from .codec import RequestCodec, RequestEncodingError
 from .incoming import Incoming
 from .queue import FrontierQueue, Shard
 from .record import load_scripts
@@ -49,30 +48,6 @@ logger = logging.getLogger(__name__)
 REPLACED = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
 #: The most often the idle checks look at the queue in Redis (seconds).
 LOOK_EVERY = 1.0
-
-
-@dataclass(frozen=True)
-class FrontierOptions:
-    persist: bool
-    flush_on_start: bool
-    idle_before_close: float
-    queue_key: str
-    lease: float
-    prefetch: int
-    serializer: Any
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> FrontierOptions:
-        prefetch = read(settings, "FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
-        return cls(
-            persist=read(settings, "SCHEDULER_PERSIST"),
-            flush_on_start=read(settings, "SCHEDULER_FLUSH_ON_START"),
-            idle_before_close=read(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
-            queue_key=read(settings, "SCHEDULER_QUEUE_KEY"),
-            lease=read(settings, "FRONTIER_LEASE"),
-            prefetch=max(1, prefetch),
-            serializer=serializer(read(settings, "SCHEDULER_SERIALIZER")),
-        )
 
 
 def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:

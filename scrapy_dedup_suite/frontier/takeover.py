@@ -50,15 +50,9 @@ def take_over(
     ``serializer``, scrapy-redis's: pickle unless SCHEDULER_SERIALIZER) into ``queue``;
     how many were moved."""
     server = queue.server
-    kind = as_str(server.type(source))
+    kind = _kind_of(server, source, ("zset", "list"), "queue (a sorted set or a list)")
     if kind == "none":
         return 0
-    if kind not in ("zset", "list"):
-        raise DedupConfigError(
-            f"SCHEDULER_QUEUE_KEY {source!r} holds a {kind}, not scrapy-redis's queue (a "
-            "sorted set or a list); point SCHEDULER_QUEUE_KEY at another key, or move that "
-            "one away yourself"
-        )
     old = serializer or PickleSerializer()
     moved = turn = 0
     while True:
@@ -120,13 +114,7 @@ def hand_back(
     (written with ``serializer``: pickle unless SCHEDULER_SERIALIZER). Leases that ended
     come back first; while any is still held, nothing moves (``held`` says how many)."""
     server = queue.server
-    kind = as_str(server.type(target))
-    if kind not in ("zset", "none"):
-        raise DedupConfigError(
-            f"SCHEDULER_QUEUE_KEY {target!r} holds a {kind}, not scrapy-redis's priority "
-            "queue (a sorted set); point SCHEDULER_QUEUE_KEY at another key, or move that "
-            "one away yourself"
-        )
+    _kind_of(server, target, ("zset",), "priority queue (a sorted set)")
     old = serializer or PickleSerializer()
     done = Handback()
     for shard in queue.shards:
@@ -156,6 +144,18 @@ def hand_back(
                 done.moved += len(entries)
             server.zrem(shard.queue, priority)
     return done
+
+
+def _kind_of(server: Any, key: str, kinds: tuple[str, ...], what: str) -> str:
+    """The type of ``key``: "none" or one of ``kinds`` (scrapy-redis's ``what``), else
+    an error saying what to do (a key of another type is never touched)."""
+    kind = as_str(server.type(key))
+    if kind != "none" and kind not in kinds:
+        raise DedupConfigError(
+            f"SCHEDULER_QUEUE_KEY {key!r} holds a {kind}, not scrapy-redis's {what}; point "
+            "SCHEDULER_QUEUE_KEY at another key, or move that one away yourself"
+        )
+    return kind
 
 
 def old_queue(server: Any, source: str) -> bool:
