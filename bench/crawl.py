@@ -141,13 +141,18 @@ def calls(client: redis.Redis) -> int:
     return count("evalsha") + count("eval") or count("sadd")
 
 
+# SCHEDULER_PERSIST: the crawl's own commands are counted, not the deletion of its
+# queue and fingerprints at the close (a backend with many small keys pays a SCAN and a
+# TYPE per key there, once a crawl, not once a page).
 SR_SCHEDULER = {
     "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
     "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    "SCHEDULER_PERSIST": True,
 }
 FRONTIER = {
     "SCHEDULER": "scrapy_dedup_suite.frontier.scheduler.Scheduler",
     "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+    "SCHEDULER_PERSIST": True,
 }
 
 
