@@ -396,3 +396,26 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
         assert scheduler.stats.get_value("frontier/acknowledged") == 3
     finally:
         server.flushall()
+
+
+def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_only():
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+    from scrapy_dedup_suite.exceptions import DedupConfigError
+    from scrapy_dedup_suite.frontier.scheduler import dupefilter_for
+
+    class SiteSpider(Spider):
+        name = "site"
+
+    for replaced in ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter"):
+        crawler = get_crawler(SiteSpider, {"DUPEFILTER_CLASS": replaced})
+        df = dupefilter_for(crawler)
+        assert type(df) is RFPDupeFilter and df.key == "site:dupefilter"  # scrapy-redis's set
+    crawler = get_crawler(SiteSpider, {"DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    with pytest.raises(DedupConfigError) as refused:
+        dupefilter_for(crawler)
+    said = str(refused.value)
+    assert "'scrapy.dupefilters.BaseDupeFilter'" in said and "\n" not in said
+    assert 'DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"' in said

@@ -58,6 +58,11 @@ def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
     if isinstance(cls, type) and issubclass(cls, RFPDupeFilter):
         return cls.from_crawler(crawler)
     if f"{cls.__module__}.{cls.__qualname__}" in REPLACED:
+        logger.info(
+            "Frontier: DUPEFILTER_CLASS %r replaced by scrapy_dedup_suite's RFPDupeFilter, "
+            "which records and enqueues in one call (DEDUP_BACKEND chooses its storage)",
+            path,
+        )
         return RFPDupeFilter.from_crawler(crawler)
     raise DedupConfigError(
         f"The frontier scheduler records and enqueues each request in one Redis call, "
@@ -70,8 +75,8 @@ def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
 class Scheduler(BaseScheduler):
     """The frontier (see the module's docstring)."""
 
-    #: BatchDedupMiddleware sends a page's batch through :meth:`enqueue_many` /
-    #: :meth:`send` / :meth:`enqueued_many` when the scheduler says this.
+    #: BatchDedupMiddleware sends a page's batch through :attr:`incoming` when the
+    #: scheduler says this.
     records_and_enqueues = True
 
     def __init__(self, crawler: Crawler, df: RFPDupeFilter, options: FrontierOptions) -> None:
