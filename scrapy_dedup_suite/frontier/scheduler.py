@@ -257,13 +257,13 @@ class Scheduler(BaseScheduler):
                 self._count("frontier/leased", len(leased.requests))
                 return
 
-    def _call(self, shard: Shard, take: int, release: Any = ()) -> Any:
+    def _call(self, shard: Shard, take: int, release: Any = (), renew: Any = ()) -> Any:
         """One call to ``shard``, carrying its acknowledgements (none while a request
-        waits to be recorded: its parent may be among them) and renewing nothing."""
+        waits to be recorded: its parent may be among them)."""
         assert self.queue is not None
         acks = [] if self.incoming.unpushed else self._acks.pop(shard, [])
         try:
-            leased = self.queue.call(shard, self.lease_ms, take, acks, (), release)
+            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release)
         except Exception:
             if acks:
                 self._acks.setdefault(shard, []).extend(acks)
@@ -284,7 +284,6 @@ class Scheduler(BaseScheduler):
     def _renew(self) -> None:
         """Every third of the lease: renew what this worker holds, acknowledge what it
         is done with."""
-        assert self.queue is not None
         held: dict[Shard, list[str]] = {}
         for shard, lease_id in self._in_flight.values():
             held.setdefault(shard, []).append(lease_id)
@@ -293,14 +292,10 @@ class Scheduler(BaseScheduler):
         if self.incoming.unpushed:
             self.incoming.push_unpushed()
         for shard in {*held, *self._acks}:
-            acks = [] if self.incoming.unpushed else self._acks.pop(shard, [])
             try:
-                self.queue.call(shard, self.lease_ms, 0, acks, held.get(shard, ()))
-            except Exception as exc:
-                self._acks.setdefault(shard, []).extend(acks)
+                self._call(shard, 0, renew=held.get(shard, ()))
+            except Exception as exc:  # (_call kept the acknowledgements for the next)
                 self.incoming.quiet.warn("The frontier could not renew its leases: %s", exc)
-                continue
-            self._count("frontier/acknowledged", len(acks))
 
     # -- idle --------------------------------------------------------------------------
 
