@@ -55,6 +55,50 @@ def test_a_new_fingerprint_s_request_is_enqueued_in_its_call_and_a_seen_one_s_is
         assert slots == {slot_of(key) for key in backend.stamp_keys}
 
 
+def test_a_record_call_acknowledges_the_leases_of_its_shard_and_leaves_the_others(
+    server, make_backend, topology
+):
+    """The acknowledgements a record call is given for its shards are done in it; those
+    of shards it does not call stay with the caller, their leases held."""
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    record_and_enqueue(backend, queue, fps(60), [None] * 60, [(0, b"r%d" % i) for i in range(60)])
+    acks = {}
+    for shard in queue.shards:
+        leased = queue.call(shard, 60_000, take=10_000).requests
+        if leased:
+            acks[shard] = [lease_id for lease_id, _, _ in leased]
+    given = {shard: list(ids) for shard, ids in acks.items()}
+    seen, failed = record_and_enqueue(
+        backend, queue, fps(3, "x"), [None] * 3, [(0, b"x")] * 3, acks
+    )
+    assert failed == [] and seen == [False] * 3
+    done = [shard for shard in given if shard not in acks]
+    assert done  # (the shards of the three fingerprints' groups)
+    for shard in given:
+        held = server.hlen(shard.leases)
+        assert held == (0 if shard in done else len(given[shard]))
+        assert server.zcard(shard.expiries) == held
+    if topology == "single":
+        assert acks == {}
+
+
+@pytest.mark.single_server
+def test_a_refused_record_call_leaves_its_acknowledgements_to_the_next(server, make_backend):
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"a"), (0, b"b")])
+    ids = [lease_id for lease_id, _, _ in queue.call(shard, 60_000, take=2).requests]
+    server.set(shard.list_key(7), "not a list")
+    acks = {shard: list(ids)}
+    seen, failed = record_and_enqueue(backend, queue, fps(1), [None], [(7, b"c")], acks)
+    assert seen == [None] and "WRONGTYPE" in str(failed[0].error)
+    assert acks == {shard: ids} and server.hlen(shard.leases) == 2
+
+
 @pytest.mark.single_server
 def test_priorities_come_out_highest_first_and_in_order_within_one(server):
     queue = FrontierQueue(server, ["t:requests"])
@@ -336,7 +380,11 @@ def test_an_outage_keeps_requests_and_costs_one_failed_call_a_second(server):
     df.open()
     counted: Counter[str] = Counter()
     incoming = Incoming(
-        df, RequestCodec(_Spider()), lambda name, n=1: counted.update({name: n}), lambda: None
+        df,
+        RequestCodec(_Spider()),
+        lambda name, n=1: counted.update({name: n}),
+        lambda: None,
+        {},
     )
     incoming.queue = queue = FrontierQueue(server, ["t:requests"])
     now = [100.0]

@@ -1,8 +1,9 @@
 """Requests on their way into the frontier: encoded, recorded and enqueued in one call
 per slot group (:mod:`.record`), one by one (the scheduler's ``enqueue_request``) or a
 page's batch (BatchDedupMiddleware: prepared on the reactor thread, sent in a thread,
-counted on the reactor thread). A request whose call failed is kept and sent again:
-until then nothing is acknowledged, since its parent may be among it."""
+counted on the reactor thread). Each call also carries the acknowledgements waiting
+for its shard (a call that happens anyway). A request whose call failed is kept and
+sent again: until then nothing is acknowledged, since its parent may be among it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue
-from .record import record_and_enqueue
+from .record import Acks, record_and_enqueue
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -63,11 +64,16 @@ class Prepared:
     expires: list[float | None] = field(default_factory=list)
     queued: list[tuple[int, bytes]] = field(default_factory=list)
     errors: list[Exception] = field(default_factory=list)
+    #: The acknowledgements its calls carry (those not carried are left here), and
+    #: how many there were.
+    acks: Acks = field(default_factory=dict)
+    acks_given: int = 0
 
 
 class Incoming:
     """The frontier's way in: ``count(name, n)`` counts a stat, ``on_enqueued()`` is
-    called when a request was enqueued here."""
+    called when a request was enqueued here; ``acks``: the leases done, per shard,
+    which the next call to their shard acknowledges (this one's, or a lease call)."""
 
     def __init__(
         self,
@@ -75,9 +81,11 @@ class Incoming:
         codec: RequestCodec,
         count: Callable[..., None],
         on_enqueued: Callable[[], None],
+        acks: Acks,
     ) -> None:
         self.df = df
         self.codec = codec
+        self.acks = acks
         self.queue: FrontierQueue | None = None
         self.spider: Spider | None = None
         self._count = count
@@ -125,19 +133,26 @@ class Incoming:
         self.on_enqueued()
         return True
 
-    def _record(self, requests: list[tuple[Request, bytes]]) -> list[bool | None]:
+    def _record(
+        self, requests: list[tuple[Request, bytes]], acks: bool = True
+    ) -> list[bool | None]:
         """Record and enqueue: per request True if it was new and is enqueued, False if
         seen, None if its call failed."""
-        batch = self.prepare(requests)
+        batch = self.prepare(requests, acks)
         return self.account(batch, self.send(batch))
 
-    def prepare(self, requests: list[tuple[Request, bytes]]) -> Prepared:
+    def prepare(self, requests: list[tuple[Request, bytes]], acks: bool = True) -> Prepared:
         """What :meth:`send` sends for ``requests`` (on the reactor thread: the
         fingerprinter and the local cache are not thread-safe); dont_filter requests
-        are pushed unrecorded here."""
+        are pushed unrecorded here. ``acks``: the calls carry the acknowledgements
+        waiting, unless a request waits to be sent again (its parent may be among them)."""
         assert self.queue is not None
         df = self.df
         batch = Prepared(requests, [None] * len(requests))
+        if acks and not self.unpushed and self.acks:
+            batch.acks = dict(self.acks)
+            batch.acks_given = sum(len(ids) for ids in batch.acks.values())
+            self.acks.clear()
         for i, (request, entry) in enumerate(requests):
             if request.dont_filter:
                 shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
@@ -167,7 +182,12 @@ class Incoming:
         assert self.queue is not None
         try:
             seen, failed = record_and_enqueue(
-                self.df.backend, self.queue, batch.fingerprints, batch.expires, batch.queued
+                self.df.backend,
+                self.queue,
+                batch.fingerprints,
+                batch.expires,
+                batch.queued,
+                batch.acks,
             )
         except Exception as exc:  # whatever the client raised: kept, tried again
             seen, failed = [None] * len(batch.todo), [FailedCall(batch.todo, exc)]
@@ -175,10 +195,17 @@ class Incoming:
         return seen
 
     def account(self, batch: Prepared, seen: list[bool | None]) -> list[bool | None]:
-        """Count what :meth:`send` answered (on the reactor thread)."""
+        """Count what :meth:`send` answered (on the reactor thread); the
+        acknowledgements it did not carry wait for the next call."""
         df = self.df
         for error in batch.errors:
             self._failed(error)
+        if batch.acks_given:
+            left = 0
+            for shard, ids in batch.acks.items():
+                self.acks.setdefault(shard, []).extend(ids)
+                left += len(ids)
+            self._count("frontier/acknowledged", batch.acks_given - left)
         for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
             if answer is None:
                 continue
@@ -230,7 +257,7 @@ class Incoming:
         if not now and self.clock() < self.retry_at:
             return
         unpushed, self.unpushed = self.unpushed, []
-        for (request, entry), new in zip(unpushed, self._record(unpushed)):
+        for (request, entry), new in zip(unpushed, self._record(unpushed, acks=False)):
             if new is None:
                 self.unpushed.append((request, entry))
             elif new:  # (seen: another call recorded and enqueued it, or a worker did)

@@ -59,6 +59,11 @@ class Shard:
     def lease_keys(self) -> list[str]:
         return [self.queue, self.leases, self.expiries, self.counters]
 
+    @property
+    def record_keys(self) -> list[str]:
+        """The keys a record-and-enqueue call ends with (``frontier_take``)."""
+        return [self.queue, self.leases, self.expiries]
+
 
 @dataclass
 class Leased:
@@ -136,7 +141,7 @@ class FrontierQueue:
         pushed = 0
         for batch in chunks(requests):
             args: list[Any] = [x for priority, entry in batch for x in (priority, entry)]
-            pushed += int(scripts.FRONTIER_PUSH(self.server, [shard.queue], [*args, 0]))
+            pushed += int(scripts.FRONTIER_PUSH(self.server, shard.record_keys, [*args, 0, 0]))
         return pushed
 
     def call(

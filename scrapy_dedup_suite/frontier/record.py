@@ -7,6 +7,8 @@ fingerprint it wrote as new: the backend's add script, wrapped (``lua/frontier.l
 the frontier's key and arguments are taken off KEYS and ARGV, the add script runs as
 it does alone, then its answers say which requests to push. One call per slot group,
 as the dupefilter's own batches; on a Cluster, each call's queue shard is in its slot.
+The call also acknowledges the leases it is given for its shard: a call that happens
+anyway carries them.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from ..backends.base import DedupBackend
 from ..backends.calls import Call, FailedCall, one_call
 from ..exceptions import DedupConfigError
 from ..scripts import SET_ADD, LuaScript
-from .queue import FrontierQueue
+from .queue import FrontierQueue, Shard
 
 #: A request to enqueue: its priority and its entry (:mod:`.codec`).
 Queued = tuple[int, bytes]
+#: Lease ids to acknowledge, per shard.
+Acks = dict[Shard, list[str]]
 
 
 class EnqueueScript(LuaScript):
@@ -67,11 +71,17 @@ def record_and_enqueue(
     fingerprints: Sequence[str],
     expires: Sequence[float | None],
     requests: Sequence[Queued],
+    acks: Acks | None = None,
 ) -> tuple[list[bool | None], list[FailedCall]]:
     """For each fingerprint: True if it was seen; False if it was new, recorded, and
     its request enqueued in the same call; None if its call failed (the failed calls
     follow, as :meth:`DedupBackend.try_check_and_add_many` gives them: a call the
-    server refused wrote nothing, one whose connection broke may have run, all of it)."""
+    server refused wrote nothing, one whose connection broke may have run, all of it).
+
+    ``acks``: lease ids each call to their shard acknowledges once it has recorded and
+    enqueued; those no call carried, or whose call failed, are left in it (another
+    acknowledgement of one that was is harmless: lease ids are never used again)."""
+    acks = {} if acks is None else acks
     layout = backend.layout
     if layout is None:
         if backend.name != "set":
@@ -80,17 +90,34 @@ def record_and_enqueue(
                 "and enqueue in one call with it; use another DEDUP_BACKEND or Scrapy's "
                 "scheduler"
             )
-        return one_call(lambda: _set_call(backend, queue, fingerprints, requests), fingerprints)
+        shard = queue.shard_for(backend.key)
+        ids = acks.pop(shard, [])
+        seen, failed = one_call(
+            lambda: _set_call(backend, shard, fingerprints, requests, ids), fingerprints
+        )
+        if failed and ids:
+            acks.setdefault(shard, []).extend(ids)
+        return seen, failed
+
+    carried: dict[int, tuple[Shard, list[str]]] = {}  # per call (its indices' id)
 
     def extend(script: LuaScript, planned: list[Call]) -> tuple[LuaScript, list[Call]]:
         out: list[Call] = []
         for keys, args, indices in planned:
-            tail = [x for i in indices for x in requests[i]]
+            tail: list[Any] = [x for i in indices for x in requests[i]]
             shard = queue.shard_for(keys[0])
-            out.append(([*keys, shard.queue], [*args, *tail, len(args)], indices))
+            given = acks.pop(shard, [])
+            if given:
+                carried[id(indices)] = (shard, given)
+            tail += [*given, len(given), len(args)]
+            out.append(([*keys, *shard.record_keys], [*args, *tail], indices))
         return enqueueing(script), out
 
     answers, failed = calls.add_answers(backend, fingerprints, expires, extend)
+    for call in failed:
+        shard_ids = carried.get(id(call.indices))
+        if shard_ids is not None:
+            acks.setdefault(shard_ids[0], []).extend(shard_ids[1])
     for answer in answers:
         if answer is not None and answer < 0:
             layout.grown(answer)
@@ -99,13 +126,14 @@ def record_and_enqueue(
 
 def _set_call(
     backend: DedupBackend,
-    queue: FrontierQueue,
+    shard: Shard,
     fingerprints: Sequence[str],
     requests: Sequence[Queued],
+    acks: Sequence[str],
 ) -> list[bool]:
     """scrapy-redis's set: one key, so one call (its queue shard in the set's slot)."""
     tail = [x for request in requests for x in request]
-    keys = [backend.key, queue.shard_for(backend.key).queue]
-    args = [*fingerprints, *tail, len(fingerprints)]
+    keys = [backend.key, *shard.record_keys]
+    args = [*fingerprints, *tail, *acks, len(acks), len(fingerprints)]
     answers = calls.run(backend, enqueueing(SET_ADD), keys, args)
     return [bool(answer) for answer in answers]

@@ -95,10 +95,11 @@ class Scheduler(BaseScheduler):
         self._taken: deque[tuple[Request, Shard, str]] = deque()
         #: Handed to the engine and not yet done.
         self._in_flight: dict[Request, tuple[Shard, str]] = {}
-        #: Leases done, to acknowledge with the next call to their shard.
+        #: Leases done, acknowledged by the next call to their shard (a lease call, or
+        #: a record call of :attr:`incoming`).
         self._acks: dict[Shard, list[str]] = {}
         #: The way in: requests recorded and enqueued, and those to send again.
-        self.incoming = Incoming(df, self.codec, self._count, self._forget_shards)
+        self.incoming = Incoming(df, self.codec, self._count, self._forget_shards, self._acks)
         self._next_shard = 0
         #: Per shard, what its last call said: priorities waiting, leases other workers
         #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.

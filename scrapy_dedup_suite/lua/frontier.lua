@@ -6,9 +6,10 @@
 -- back (released, or reclaimed from a dead worker) goes to the front. The lists are
 -- named from the shard's key in the script: the same hash tag, so the same slot.
 -- A script that records and enqueues (an add script with this fragment, see
--- frontier_take) gets the queue as its last key and, after the add script's own
--- arguments, per fingerprint its request's priority and entry, then how many of ARGV
--- were the add script's.
+-- frontier_take) gets as its last keys the shard's queue, leases and lease expiries
+-- and, after the add script's own arguments, per fingerprint its request's priority
+-- and entry, then the lease ids it acknowledges, how many, and how many of ARGV were
+-- the add script's.
 
 local function frontier_list(queue, priority)
   return queue .. ':' .. priority
@@ -27,23 +28,39 @@ local function frontier_push(queue, priority, entry, front)
   rcall('ZADD', queue, -tonumber(priority), priority)
 end
 
+-- A worker is done with these leases (their requests' children are safe).
+local function frontier_ack(leases, expiries, ids)
+  for _, id in ipairs(ids) do
+    rcall('HDEL', leases, id)
+    rcall('ZREM', expiries, id)
+  end
+end
+
 -- Take the frontier's part off KEYS and ARGV, so that the add script reads its own
 -- (and the fragments it uses read them) as when it runs alone; check the types of
--- what the pushes will write. Returns the queue and the (priority, entry) pairs.
+-- what the pushes and acknowledgements will write. Returns the queue, the (priority,
+-- entry) pairs, the leases and expiries keys and the lease ids to acknowledge.
 local function frontier_take()
   local own = tonumber(table.remove(ARGV))
-  local queue = table.remove(KEYS)
-  local pairs_, priorities = {}, {}
-  for i = own + 1, #ARGV do pairs_[#pairs_ + 1] = ARGV[i] end
+  local nacks = tonumber(table.remove(ARGV))
+  local expiries, leases, queue = table.remove(KEYS), table.remove(KEYS), table.remove(KEYS)
+  local pairs_, acks, priorities = {}, {}, {}
+  for i = own + 1, #ARGV - nacks do pairs_[#pairs_ + 1] = ARGV[i] end
+  for i = #ARGV - nacks + 1, #ARGV do acks[#acks + 1] = ARGV[i] end
   for i = #ARGV, own + 1, -1 do ARGV[i] = nil end
   for i = 1, #pairs_, 2 do priorities[pairs_[i]] = true end
   frontier_check(queue, priorities)
-  return { queue, pairs_ }
+  if #acks > 0 then
+    dedup_check_type(leases, 'hash', 'the frontier leases')
+    dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
+  end
+  return { queue, pairs_, leases, expiries, acks }
 end
 
 -- After the add script answered ``out`` (one answer per fingerprint: > 0 seen; 0 or
 -- -1 .. -10 new, written; <= -11 nothing written, to be sent again): push the request
--- of each fingerprint written as new. Returns ``out``.
+-- of each fingerprint written as new, then acknowledge the leases named (last: an
+-- error before leaves them held). Returns ``out``.
 local function frontier_enqueue(taken, out)
   local queue, pairs_ = taken[1], taken[2]
   for i = 1, #out do
@@ -52,5 +69,6 @@ local function frontier_enqueue(taken, out)
       frontier_push(queue, pairs_[2 * i - 1], pairs_[2 * i], false)
     end
   end
+  frontier_ack(taken[3], taken[4], taken[5])
   return out
 end

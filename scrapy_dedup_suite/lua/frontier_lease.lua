@@ -27,10 +27,7 @@ end
 -- Acknowledgements and renewals first: a lease done, or renewed by the worker that
 -- holds it, is never given back, even one that ended.
 local now = dedup_now_ms()
-for _, id in ipairs(lists[1]) do
-  rcall('HDEL', leases, id)
-  rcall('ZREM', expiries, id)
-end
+frontier_ack(leases, expiries, lists[1])
 for _, id in ipairs(lists[2]) do
   rcall('ZADD', expiries, 'XX', now + lease_ms, id)
 end
