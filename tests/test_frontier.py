@@ -446,6 +446,71 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
         server.flushall()
 
 
+@pytest.mark.single_server
+def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them_back(
+    server, redis_url, monkeypatch
+):
+    """Once half the requests taken are handed out, the next are leased in a thread
+    (the call run here by hand: no timing); the engine is woken when they arrive, and a
+    close while the call runs waits for it, then gives back all it took, so no lease is
+    left to end."""
+    from types import SimpleNamespace
+
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+    from twisted.internet import defer, reactor
+
+    from scrapy_dedup_suite.frontier.scheduler import Scheduler
+
+    class SiteSpider(Spider):
+        name = "site"
+
+    settings = {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 8, "SCHEDULER_PERSIST": True}
+    crawler = get_crawler(SiteSpider, settings)
+    woken = []
+    slot = SimpleNamespace(
+        inprogress=set(), nextcall=SimpleNamespace(schedule=lambda: woken.append(1))
+    )
+    crawler.engine = SimpleNamespace(_slot=slot)
+    scheduler = Scheduler.from_crawler(crawler)
+    calls = []
+
+    def in_thread(call, *args):
+        calls.append((call, args, defer.Deferred()))
+        return calls[-1][2]
+
+    scheduler.in_thread = in_thread
+    monkeypatch.setattr(reactor, "running", True, raising=False)
+    scheduler.open(SiteSpider())
+    try:
+        for i in range(30):
+            assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        handed = [scheduler.next_request() for _ in range(4)]  # 8 taken, 4 left
+        assert all(handed) and len(calls) == 1  # the next 8 asked for in a thread
+        call, args, deferred = calls[0]
+        deferred.callback(call(*args))
+        assert len(scheduler) == 4 + 8 and woken == [1]
+        handed += [scheduler.next_request() for _ in range(7)]
+        assert len(calls) == 1  # 5 left: no new call yet
+        handed.append(scheduler.next_request())
+        assert len(calls) == 2  # 4 left: the next 8 asked for
+        for request in handed:  # the engine is done with these
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        closing = scheduler.close("shutdown")
+        assert closing is not None and not closing.called  # waits for the call in a thread
+        call, args, deferred = calls[1]
+        deferred.callback(call(*args))
+        assert closing.called
+        shard = scheduler.queue.shards[0]
+        assert server.hlen(shard.leases) == 0
+        assert scheduler.stats.get_value("frontier/acknowledged") == 12
+        assert scheduler.stats.get_value("frontier/released") == 4 + 8
+        assert scheduler.queue.counts(shard).waiting == 30 - 12
+    finally:
+        server.flushall()
+
+
 def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_only():
     from scrapy import Spider
     from scrapy.utils.test import get_crawler

@@ -90,6 +90,9 @@ def test_a_persisted_crawl_resumes_where_it_stopped(tmp_path, tree, redis_settin
         "tests.crawl_cases", {**args, "close_by": "stop", "close_at": 40}, tmp_path / "a.json"
     )
     assert len(first["pages"]) < tree.pages
+    assert first["stats"]["frontier/released"] >= 1
+    held = [key for key in server.scan_iter(match="*:frontier:leases") if server.hlen(key)]
+    assert held == []  # (what a lease call in a thread brought, too)
     second = crawl(tmp_path, tree, settings, "b")
     pages = Counter(first["pages"] + second["pages"])
     assert sorted(pages) == list(range(tree.pages))

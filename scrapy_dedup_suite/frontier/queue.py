@@ -24,6 +24,7 @@ front of the queue, then leases up to n requests.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,7 @@ class FrontierQueue:
         #: This worker's lease ids start with it (and count up).
         self.worker = f"{secrets.token_hex(4)}:"
         self._next_id = 1
+        self._ids = threading.Lock()  # (calls run on the reactor thread and in threads)
 
     @classmethod
     def for_backend(cls, backend: Any, queue_key: str) -> FrontierQueue:
@@ -154,8 +156,11 @@ class FrontierQueue:
         release: Sequence[str] = (),
     ) -> Leased:
         """One call to ``shard``: acknowledge ``acks``, renew ``renew`` for ``lease_ms``,
-        give back ``release``, reclaim expired leases, then lease up to ``take``."""
-        first = self._next_id
+        give back ``release``, reclaim expired leases, then lease up to ``take``
+        (their ids reserved first: calls may run at once, from several threads)."""
+        with self._ids:
+            first = self._next_id
+            self._next_id += take
         args: list[Any] = [lease_ms, take, self.worker, first]
         for ids in (acks, renew, release):
             args += [len(ids), *ids]
@@ -164,7 +169,6 @@ class FrontierQueue:
         for i in range(3, len(answer), 2):
             n = (i - 3) // 2
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
-        self._next_id = first + len(requests)
         return Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests)
 
     # -- seen from outside ---------------------------------------------------------------

@@ -12,8 +12,9 @@ to the front of the queue when their lease ends, by the next call of any worker.
 A graceful close gives back what was taken and not started.
 
 Round trips: one call per request recorded (as the dupefilter alone), one call per
-FRONTIER_PREFETCH requests taken, which also carries the acknowledgements; the idle
-checks look at most once a second.
+FRONTIER_PREFETCH requests taken; both carry the acknowledgements waiting. The next
+requests are leased in a thread once half of those taken are handed out, so that the
+engine seldom waits for Redis; the idle checks look at most once a second.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.misc import load_object
-from twisted.internet import task
+from twisted.internet import task, threads
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
@@ -106,6 +109,11 @@ class Scheduler(BaseScheduler):
         self._seen: dict[Shard, tuple[int, int, float]] = {}
         self._empty_since: float | None = None
         self._renewing: task.LoopingCall | None = None
+        #: Runs a lease call in a thread (once the reactor runs).
+        self.in_thread: Callable[..., Deferred[Any]] = threads.deferToThread
+        #: The lease call running in a thread, if any.
+        self._ahead: Deferred[Any] | None = None
+        self._closed = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -144,7 +152,16 @@ class Scheduler(BaseScheduler):
             held,
         )
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str) -> Deferred[Any] | None:
+        """Give back what was taken and not started (after the lease call running in a
+        thread, if any, answered), acknowledge what is done, flush unless persisting."""
+        self._closed = True
+        if self._ahead is not None:
+            return self._ahead.addBoth(lambda _: self._close(reason))
+        self._close(reason)
+        return None
+
+    def _close(self, reason: str) -> None:
         if self._renewing is not None and self._renewing.running:
             self._renewing.stop()
         if self.incoming.unpushed:
@@ -220,19 +237,20 @@ class Scheduler(BaseScheduler):
     # -- requests out ------------------------------------------------------------------
 
     def next_request(self) -> Request | None:
-        if not self._taken:
+        if not self._taken and self._ahead is None:
             self._take()
         if not self._taken:
             return None
         request, shard, lease_id = self._taken.popleft()
         self._in_flight[request] = (shard, lease_id)
         self._count("scheduler/dequeued/redis")
+        if len(self._taken) <= self.options.prefetch // 2:
+            self._take_ahead()
         return request
 
-    def _take(self) -> None:
-        """Lease up to FRONTIER_PREFETCH requests from the next shard that may have some
-        (one call on a single server; a shard found empty less than LOOK_EVERY ago is
-        passed over, unless this worker enqueued since)."""
+    def _shards_to_take(self) -> Iterator[Shard]:
+        """The shards in turn, less those found empty less than LOOK_EVERY ago (unless
+        this worker enqueued since)."""
         assert self.queue is not None
         shards = self.queue.shards
         now = self.clock()
@@ -240,42 +258,94 @@ class Scheduler(BaseScheduler):
             shard = shards[self._next_shard % len(shards)]
             self._next_shard += 1
             seen = self._seen.get(shard)
-            if seen is not None and not seen[0] and now - seen[2] < LOOK_EVERY:
-                continue
+            if seen is None or seen[0] or now - seen[2] >= LOOK_EVERY:
+                yield shard
+
+    def _take(self) -> None:
+        """Lease up to FRONTIER_PREFETCH requests from the next shard that may have some
+        (one call on a single server), here and now."""
+        for shard in self._shards_to_take():
             try:
                 leased = self._call(shard, self.options.prefetch)
             except Exception as exc:  # Redis away: nothing taken; the engine asks again
                 self.incoming.quiet.warn("The frontier could not lease requests: %s", exc)
                 return
-            for lease_id, priority, entry in leased.requests:
-                try:
-                    request = self.codec.decode(entry, priority)
-                except RequestEncodingError as exc:  # not lost: its lease ends, it goes
-                    logger.error("%s", exc)  # back, and this error says so again
-                    continue
-                self._taken.append((request, shard, lease_id))
-            if leased.requests:
-                self._count("frontier/leased", len(leased.requests))
+            if self._took(shard, leased):
                 return
 
-    def _call(self, shard: Shard, take: int, release: Any = (), renew: Any = ()) -> Any:
-        """One call to ``shard``, carrying its acknowledgements (none while a request
-        waits to be recorded: its parent may be among them)."""
+    def _take_ahead(self) -> None:
+        """Lease the next requests in a thread before those taken run out (one lease
+        call at a time); the engine is woken when they arrive."""
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        if self._ahead is not None or self._closed or not reactor.running:
+            return
+        shard = next(self._shards_to_take(), None)
+        if shard is None:
+            return
         assert self.queue is not None
-        acks = [] if self.incoming.unpushed else self._acks.pop(shard, [])
+        acks = self._acks_for(shard)
+        call = self.queue.call
+
+        def answered(leased: Any) -> None:
+            self._ahead = None
+            self._called(shard, acks, leased)
+            if self._closed:  # (close waited for this call) given back by the close
+                self._took(shard, leased)
+            elif self._took(shard, leased):
+                slot = engine_slot(self.crawler)
+                if slot is not None:
+                    slot.nextcall.schedule()
+
+        def failed(failure: Failure) -> None:
+            self._ahead = None
+            self._unsent(shard, acks)
+            self.incoming.quiet.warn("The frontier could not lease requests: %s", failure.value)
+
+        ahead = self.in_thread(call, shard, self.lease_ms, self.options.prefetch, acks)
+        self._ahead = ahead.addCallbacks(answered, failed)
+
+    def _took(self, shard: Shard, leased: Any) -> bool:
+        """Decode what ``leased`` holds into the requests taken: whether it held any."""
+        for lease_id, priority, entry in leased.requests:
+            try:
+                request = self.codec.decode(entry, priority)
+            except RequestEncodingError as exc:  # not lost: its lease ends, it goes
+                logger.error("%s", exc)  # back, and this error says so again
+                continue
+            self._taken.append((request, shard, lease_id))
+        self._count("frontier/leased", len(leased.requests))
+        return bool(leased.requests)
+
+    def _call(self, shard: Shard, take: int, release: Any = (), renew: Any = ()) -> Any:
+        """One call to ``shard`` here and now, carrying its acknowledgements."""
+        assert self.queue is not None
+        acks = self._acks_for(shard)
         try:
             leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release)
         except Exception:
-            if acks:
-                self._acks.setdefault(shard, []).extend(acks)
+            self._unsent(shard, acks)
             raise
+        self._called(shard, acks, leased)
+        return leased
+
+    def _acks_for(self, shard: Shard) -> list[str]:
+        """The acknowledgements a call to ``shard`` carries (none while a request waits
+        to be recorded: its parent may be among them)."""
+        return [] if self.incoming.unpushed else self._acks.pop(shard, [])
+
+    def _unsent(self, shard: Shard, acks: list[str]) -> None:
+        if acks:  # kept for the next call (acknowledged twice at worst: harmless)
+            self._acks.setdefault(shard, []).extend(acks)
+
+    def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
+        """Count what a call to ``shard`` answered; remember what it said of the shard."""
         self._count("frontier/acknowledged", len(acks))
         self._count("frontier/reclaimed", leased.reclaimed)
         ours = sum(1 for s, _ in self._in_flight.values() if s == shard)
         ours += sum(1 for _, s, _ in self._taken if s == shard)
         ours += len(leased.requests)  # (taken by this call: not yet in _taken)
         self._seen[shard] = (leased.waiting, leased.held - ours, self.clock())
-        return leased
 
     def _done(self, request: Request) -> None:
         held = self._in_flight.pop(request, None)
@@ -304,7 +374,7 @@ class Scheduler(BaseScheduler):
         """Requests here, or in Redis, or leased by another worker (whose pages may
         yield more); from what the shards' last calls said, each looked at again when
         that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
-        if self._taken or self.incoming.unpushed:
+        if self._taken or self.incoming.unpushed or self._ahead is not None:
             return True
         try:
             waiting, held = self._look()
