@@ -171,14 +171,17 @@ def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
 
 
 @pytest.mark.single_server
+@pytest.mark.parametrize("crawl_spider", [False, True], ids=["RedisSpider", "RedisCrawlSpider"])
 def test_a_redis_spider_reads_its_start_urls_from_redis_and_crawls_every_page(
-    tmp_path, tree, redis_settings, server
+    tmp_path, tree, redis_settings, server, crawl_spider
 ):
-    """scrapy-redis's RedisSpider under the frontier: its start URL pushed to
-    ``fromredis:start_urls``, every page once, then the spider closes when idle."""
+    """scrapy-redis's RedisSpider and RedisCrawlSpider (links followed by its rules)
+    under the frontier: the start URL pushed to ``fromredis:start_urls``, every page
+    once, then the spider closes when idle."""
     server.rpush("fromredis:start_urls", f"{tree.url}/page/0")
     settings = frontier(redis_settings, "compact")
-    result = run_script("tests.crawl_redis_spider", {"settings": settings}, tmp_path / "r.json")
+    args = {"settings": settings, "crawl": crawl_spider}
+    result = run_script("tests.crawl_redis_spider", args, tmp_path / "r.json")
     pages = Counter(result["pages"])
     assert sorted(pages) == list(range(tree.pages)) and max(pages.values()) == 1
     assert not server.exists("fromredis:start_urls")
