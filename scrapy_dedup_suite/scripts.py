@@ -202,6 +202,7 @@ RECORD_SWITCH = LuaScript("record_switch")
 FRONTIER_PUSH = LuaScript("frontier_push")
 FRONTIER_LEASE = LuaScript("frontier_lease")
 FRONTIER_TAKEOVER = LuaScript("frontier_takeover")
+FRONTIER_UNASIDE = LuaScript("frontier_unaside")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

@@ -511,6 +511,69 @@ def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them
         server.flushall()
 
 
+@pytest.mark.single_server
+def test_a_request_no_worker_can_rebuild_is_set_aside_and_tried_again_at_the_next_start(
+    server, redis_url, caplog
+):
+    """An entry whose callback the spider lacks is logged and set aside (its lease
+    ended at once, not given back again and again); dedup-info counts it; a worker's
+    start puts it back in the queue."""
+    from types import SimpleNamespace
+
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_dedup_suite.commands.info import frontier_view, render
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.scheduler import Scheduler
+
+    class SiteSpider(Spider):
+        name = "site"
+
+        def parse_gone(self, response):
+            pass
+
+    settings = {"REDIS_URL": redis_url, "SCHEDULER_PERSIST": True}
+
+    def scheduler_of(spider_class):
+        crawler = get_crawler(spider_class, settings)
+        crawler.engine = SimpleNamespace(_slot=SimpleNamespace(inprogress=set()))
+        scheduler = Scheduler.from_crawler(crawler)
+        scheduler.open(spider_class())
+        return scheduler
+
+    old = SiteSpider()
+    entry = RequestCodec(old).encode(
+        Request("http://example.com/gone", callback=old.parse_gone), priority_apart=True
+    )
+
+    class NewSiteSpider(Spider):  # (the deploy that lost the callback)
+        name = "site"
+
+    try:
+        scheduler = scheduler_of(NewSiteSpider)
+        shard = scheduler.queue.shards[0]
+        scheduler.queue.push(shard, [(3, entry)])
+        assert scheduler.enqueue_request(Request("http://example.com/ok"))
+        assert scheduler.next_request().url == "http://example.com/ok"
+        assert scheduler.next_request() is None
+        assert "parse_gone" in caplog.text and shard.aside in caplog.text
+        assert server.lrange(shard.aside, 0, -1) == [b"3 " + entry]
+        assert server.hlen(shard.leases) == 1  # the one handed out only
+        assert scheduler.stats.get_value("frontier/set_aside") == 1
+        view = frontier_view(scheduler.crawler.settings, "site", server)
+        assert view["set_aside"] == 1 and "1 request(s) set aside" in render(
+            "site", {"frontier": view}
+        )
+        scheduler.close("finished")
+        again = scheduler_of(SiteSpider)  # its start: back in the queue, highest first
+        assert not server.exists(shard.aside)
+        assert again.next_request().url == "http://example.com/gone"
+        again.close("finished")
+    finally:
+        server.flushall()
+
+
 def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_only():
     from scrapy import Spider
     from scrapy.utils.test import get_crawler

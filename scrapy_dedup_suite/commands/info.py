@@ -147,6 +147,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
         "leased_by": held_by,
         "oldest_lease_ends_in": min(ends) if ends else None,
         "reclaimed": sum(s.reclaimed for s in shards),
+        "set_aside": sum(s.aside for s in shards),
         "memory_bytes": memory,
         "bytes_per_request": round(memory / waiting, 1) if waiting else None,
         "scrapy_redis_queue": {
@@ -197,6 +198,12 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
             lines.append(f"  the oldest lease {when} (reclaimed by the next worker's call)")
     if f["reclaimed"]:
         lines.append(f"  {f['reclaimed']:,} lease(s) of dead workers reclaimed so far")
+    if f["set_aside"]:
+        lines.append(
+            f"  {f['set_aside']:,} request(s) set aside at '...:frontier:aside': no worker "
+            "could rebuild them (a callback or class gone?); the next worker's start puts "
+            "them back in the queue"
+        )
     old = f["scrapy_redis_queue"]
     if old["requests"]:
         lines.append(

@@ -14,7 +14,10 @@ and no single key holds the frontier. A shard (``lua/frontier.lua``):
   workers took and have not acknowledged; ``{tag}:frontier:expiries``: a sorted set,
   lease id -> when the lease ends (the server's clock, ms);
 - ``{tag}:frontier:counters``: a hash (``reclaimed``: leases that ended unacknowledged
-  and went back to the queue).
+  and went back to the queue);
+- ``{tag}:frontier:aside``: a list of the requests a worker could not decode (their
+  callback gone from the spider, a serializer changed), set aside rather than given
+  back again and again; a worker's start gives them another try.
 
 A worker's one call to a shard (``lua/frontier_lease.lua``) acknowledges, renews and
 gives back the leases it names, returns what a dead worker held past its lease to the
@@ -57,8 +60,12 @@ class Shard:
         return f"{self.queue}:{priority}"
 
     @property
+    def aside(self) -> str:
+        return f"{self.queue}:aside"
+
+    @property
     def lease_keys(self) -> list[str]:
-        return [self.queue, self.leases, self.expiries, self.counters]
+        return [self.queue, self.leases, self.expiries, self.counters, self.aside]
 
     @property
     def record_keys(self) -> list[str]:
@@ -93,6 +100,8 @@ class ShardCounts:
     oldest_lease_ends_in: float | None
     reclaimed: int
     memory_bytes: int
+    #: Requests set aside: no worker could decode them.
+    aside: int = 0
 
 
 class FrontierQueue:
@@ -154,15 +163,17 @@ class FrontierQueue:
         acks: Sequence[str] = (),
         renew: Sequence[str] = (),
         release: Sequence[str] = (),
+        aside: Sequence[str] = (),
     ) -> Leased:
         """One call to ``shard``: acknowledge ``acks``, renew ``renew`` for ``lease_ms``,
-        give back ``release``, reclaim expired leases, then lease up to ``take``
+        give back ``release``, set ``aside`` aside (undecodable), reclaim expired
+        leases, then lease up to ``take``
         (their ids reserved first: calls may run at once, from several threads)."""
         with self._ids:
             first = self._next_id
             self._next_id += take
         args: list[Any] = [lease_ms, take, self.worker, first]
-        for ids in (acks, renew, release):
+        for ids in (acks, renew, release, aside):
             args += [len(ids), *ids]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
         requests = []
@@ -171,13 +182,23 @@ class FrontierQueue:
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
         return Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests)
 
+    def unaside(self, shard: Shard) -> int:
+        """Give the requests set aside in ``shard`` another try (to the front of the
+        queue, 1,000 per call): how many."""
+        back = 0
+        while True:
+            moved = int(scripts.FRONTIER_UNASIDE(self.server, [shard.queue, shard.aside], [1000]))
+            back += moved
+            if moved < 1000:
+                return back
+
     # -- seen from outside ---------------------------------------------------------------
 
     def keys_of(self, shard: Shard) -> list[str]:
         """The shard's keys that exist."""
         priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
         keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
-        keys += [shard.leases, shard.expiries, shard.counters]
+        keys += [shard.leases, shard.expiries, shard.counters, shard.aside]
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
@@ -202,7 +223,10 @@ class FrontierQueue:
             ends_in = float(oldest[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
         reclaimed = int(server.hget(shard.counters, "reclaimed") or 0)
         memory = memory_usage(server, self.keys_of(shard))
-        return ShardCounts(shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory)
+        aside = int(server.llen(shard.aside))
+        return ShardCounts(
+            shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside
+        )
 
     def clear(self) -> int:
         """Delete every request waiting or leased, and the counters: how many keys."""

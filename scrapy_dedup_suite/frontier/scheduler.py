@@ -140,6 +140,13 @@ class Scheduler(BaseScheduler):
             self.flush()
         moved = take_over(self.queue, self.queue_key, self.codec, self.options.serializer)
         self._count("frontier/taken_over", moved)
+        back = sum(self.queue.unaside(shard) for shard in self.queue.shards)
+        if back:
+            logger.info(
+                "Frontier: %d request(s) set aside as undecodable put back in the queue for "
+                "another try",
+                back,
+            )
         self._watch_engine()
         self._renewing = task.LoopingCall(self._renew)
         self._renewing.start(self.options.lease / 3, now=False)
@@ -306,23 +313,36 @@ class Scheduler(BaseScheduler):
         self._ahead = ahead.addCallbacks(answered, failed)
 
     def _took(self, shard: Shard, leased: Any) -> bool:
-        """Decode what ``leased`` holds into the requests taken: whether it held any."""
+        """Decode what ``leased`` holds into the requests taken (those that cannot be
+        are set aside): whether it held any."""
+        aside = []
         for lease_id, priority, entry in leased.requests:
             try:
                 request = self.codec.decode(entry, priority)
-            except RequestEncodingError as exc:  # not lost: its lease ends, it goes
-                logger.error("%s", exc)  # back, and this error says so again
+            except RequestEncodingError as exc:
+                logger.error(
+                    "%s; set aside in %r (the next worker's start tries it again)", exc, shard.aside
+                )
+                aside.append(lease_id)
                 continue
             self._taken.append((request, shard, lease_id))
         self._count("frontier/leased", len(leased.requests))
+        if aside:
+            try:
+                self._call(shard, 0, aside=aside)
+                self._count("frontier/set_aside", len(aside))
+            except Exception as exc:  # still leased: back to the queue when its lease ends
+                self.incoming.quiet.warn("The frontier could not set requests aside: %s", exc)
         return bool(leased.requests)
 
-    def _call(self, shard: Shard, take: int, release: Any = (), renew: Any = ()) -> Any:
+    def _call(
+        self, shard: Shard, take: int, release: Any = (), renew: Any = (), aside: Any = ()
+    ) -> Any:
         """One call to ``shard`` here and now, carrying its acknowledgements."""
         assert self.queue is not None
         acks = self._acks_for(shard)
         try:
-            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release)
+            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release, aside)
         except Exception:
             self._unsent(shard, acks)
             raise

@@ -4,21 +4,25 @@
 -- then lease up to n requests.
 -- KEYS[1]: the shard's queue (frontier.lua), KEYS[2]: its leases (a hash: lease id ->
 -- priority, a space, the entry), KEYS[3]: their expiries (a sorted set: lease id ->
--- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed).
+-- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed),
+-- KEYS[5]: the requests set aside (a list of "priority entry": a worker could not
+-- decode them).
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
--- ARGV[4]: the number of its first new lease; then three lists, each its length first:
+-- ARGV[4]: the number of its first new lease; then four lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
--- released (taken but not started, at a graceful close).
+-- released (taken but not started, at a graceful close), the ids set aside (their
+-- entry could not be decoded: kept in KEYS[5] rather than given back again and again).
 -- Returns {priorities waiting, leases held, reclaimed by this call, then per request
 -- leased: its priority and entry}; the i-th leased has id prefix .. (ARGV[4] + i - 1).
-local queue, leases, expiries, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local prefix, first = ARGV[3], tonumber(ARGV[4])
 dedup_check_type(leases, 'hash', 'the frontier leases')
 dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
 dedup_check_type(counters, 'hash', 'the frontier counters')
+dedup_check_type(aside, 'list', 'the frontier requests set aside')
 local lists, at = {}, 5
-for l = 1, 3 do
+for l = 1, 4 do
   local len = tonumber(ARGV[at])
   local ids = {}
   for i = 1, len do ids[i] = ARGV[at + i] end
@@ -28,6 +32,11 @@ end
 -- holds it, is never given back, even one that ended.
 local now = dedup_now_ms()
 frontier_ack(leases, expiries, lists[1])
+for _, id in ipairs(lists[4]) do
+  local held = rcall('HGET', leases, id)
+  if held then rcall('RPUSH', aside, held) end
+end
+frontier_ack(leases, expiries, lists[4])
 for _, id in ipairs(lists[2]) do
   rcall('ZADD', expiries, 'XX', now + lease_ms, id)
 end
