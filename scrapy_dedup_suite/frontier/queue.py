@@ -194,9 +194,10 @@ class FrontierQueue:
 
     # -- seen from outside ---------------------------------------------------------------
 
-    def keys_of(self, shard: Shard) -> list[str]:
-        """The shard's keys that exist."""
-        priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
+    def keys_of(self, shard: Shard, priorities: list[str] | None = None) -> list[str]:
+        """The shard's keys that exist (``priorities``: its priorities, if just read)."""
+        if priorities is None:
+            priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
         keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
         keys += [shard.leases, shard.expiries, shard.counters, shard.aside]
         pipe = self.server.pipeline(transaction=False)
@@ -222,7 +223,7 @@ class FrontierQueue:
             seconds, micros = server.time()
             ends_in = float(oldest[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
         reclaimed = int(server.hget(shard.counters, "reclaimed") or 0)
-        memory = memory_usage(server, self.keys_of(shard))
+        memory = memory_usage(server, self.keys_of(shard, priorities))
         aside = int(server.llen(shard.aside))
         return ShardCounts(
             shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside
