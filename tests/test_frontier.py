@@ -446,17 +446,13 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
         server.flushall()
 
 
-@pytest.mark.single_server
-def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them_back(
-    server, redis_url, monkeypatch
-):
-    """Once half the requests taken are handed out, the next are leased in a thread
-    (the call run here by hand: no timing); the engine is woken when they arrive, and a
-    close while the call runs waits for it, then gives back all it took, so no lease is
-    left to end."""
+def threaded_scheduler(redis_url, monkeypatch):
+    """A frontier scheduler (CONCURRENT_REQUESTS = 8, persisting) whose lease calls in a
+    thread are run by hand: ``calls`` holds each (call, args, its Deferred); ``woken``
+    one entry per time it woke the engine."""
     from types import SimpleNamespace
 
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.utils.test import get_crawler
     from twisted.internet import defer, reactor
 
@@ -467,7 +463,7 @@ def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them
 
     settings = {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 8, "SCHEDULER_PERSIST": True}
     crawler = get_crawler(SiteSpider, settings)
-    woken = []
+    woken: list[int] = []
     slot = SimpleNamespace(
         inprogress=set(), nextcall=SimpleNamespace(schedule=lambda: woken.append(1))
     )
@@ -482,6 +478,20 @@ def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them
     scheduler.in_thread = in_thread
     monkeypatch.setattr(reactor, "running", True, raising=False)
     scheduler.open(SiteSpider())
+    return scheduler, slot, woken, calls
+
+
+@pytest.mark.single_server
+def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them_back(
+    server, redis_url, monkeypatch
+):
+    """Once half the requests taken are handed out, the next are leased in a thread
+    (the call run here by hand: no timing); the engine is woken when they arrive, and a
+    close while the call runs waits for it, then gives back all it took, so no lease is
+    left to end."""
+    from scrapy import Request
+
+    scheduler, slot, woken, calls = threaded_scheduler(redis_url, monkeypatch)
     try:
         for i in range(30):
             assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
@@ -570,6 +580,38 @@ def test_a_request_no_worker_can_rebuild_is_set_aside_and_tried_again_at_the_nex
         assert not server.exists(shard.aside)
         assert again.next_request().url == "http://example.com/gone"
         again.close("finished")
+    finally:
+        server.flushall()
+
+
+@pytest.mark.single_server
+def test_a_lease_call_in_a_thread_that_brings_nothing_still_wakes_the_engine(
+    server, redis_url, monkeypatch
+):
+    """While it runs the crawl cannot end (requests may come); when it answers, the
+    engine looks again at once rather than at its next heartbeat (5 s later)."""
+    from scrapy import Request
+
+    scheduler, slot, woken, calls = threaded_scheduler(redis_url, monkeypatch)
+    try:
+        for i in range(3):
+            assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        handed = [scheduler.next_request()]  # 3 taken, 2 left
+        assert calls == []  # (the queue was just found empty)
+        scheduler._seen.clear()  # (a second later)
+        handed.append(scheduler.next_request())  # 1 left: the next asked for
+        assert len(calls) == 1 and scheduler.has_pending_requests()
+        call, args, deferred = calls[0]
+        deferred.callback(call(*args))
+        assert woken == [1] and len(scheduler) == 1
+        handed.append(scheduler.next_request())
+        for request in handed:
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        assert len(calls) == 1  # (the queue was just found empty)
+        scheduler._seen.clear()  # (a second later)
+        assert not scheduler.has_pending_requests()
+        scheduler.close("finished")
     finally:
         server.flushall()
 

@@ -297,20 +297,25 @@ class Scheduler(BaseScheduler):
         def answered(leased: Any) -> None:
             self._ahead = None
             self._called(shard, acks, leased)
-            if self._closed:  # (close waited for this call) given back by the close
-                self._took(shard, leased)
-            elif self._took(shard, leased):
-                slot = engine_slot(self.crawler)
-                if slot is not None:
-                    slot.nextcall.schedule()
+            self._took(shard, leased)  # (after a close began: given back by the close)
+            self._wake_engine()
 
         def failed(failure: Failure) -> None:
             self._ahead = None
             self._unsent(shard, acks)
             self.incoming.quiet.warn("The frontier could not lease requests: %s", failure.value)
+            self._wake_engine()
 
         ahead = self.in_thread(call, shard, self.lease_ms, self.options.prefetch, acks)
         self._ahead = ahead.addCallbacks(answered, failed)
+
+    def _wake_engine(self) -> None:
+        """The engine asks for requests again now (what a lease call in a thread brought,
+        or that it brought none: while it ran, the crawl could not end; else the engine
+        waits for its next heartbeat, 5 s)."""
+        slot = engine_slot(self.crawler)
+        if slot is not None and not self._closed:
+            slot.nextcall.schedule()
 
     def _took(self, shard: Shard, leased: Any) -> bool:
         """Decode what ``leased`` holds into the requests taken (those that cannot be
