@@ -616,6 +616,41 @@ def test_a_lease_call_in_a_thread_that_brings_nothing_still_wakes_the_engine(
         server.flushall()
 
 
+@pytest.mark.single_server
+def test_a_worker_done_with_everything_is_idle_at_once_though_a_call_counted_its_leases(
+    server, redis_url, monkeypatch
+):
+    """A lease call in a thread answers after some of this worker's requests were done
+    and not yet acknowledged: it counts them as another worker's. Once this worker is
+    done with all it took, the idle check looks again (carrying the acknowledgements)
+    rather than trust that count (the clock stopped: no second passes)."""
+    from scrapy import Request
+
+    scheduler, slot, _, calls = threaded_scheduler(redis_url, monkeypatch)
+    scheduler.clock = lambda: 0.0
+    try:
+        for i in range(16):
+            assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        handed = [scheduler.next_request() for _ in range(4)]  # 8 taken, 4 left
+        assert len(calls) == 1
+        for request in handed:  # done before the call in a thread answers
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        call, args, deferred = calls[0]
+        deferred.callback(call(*args))
+        assert scheduler._seen[scheduler.queue.shards[0]][1] == 4  # "another's"
+        handed = [scheduler.next_request() for _ in range(12)]
+        assert all(handed) and scheduler.next_request() is None
+        for request in handed:
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        assert not scheduler.has_pending_requests()
+        assert server.hlen(scheduler.queue.shards[0].leases) == 0
+        scheduler.close("finished")
+    finally:
+        server.flushall()
+
+
 def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_only():
     from scrapy import Spider
     from scrapy.utils.test import get_crawler

@@ -376,6 +376,11 @@ class Scheduler(BaseScheduler):
         held = self._in_flight.pop(request, None)
         if held is not None:
             self._acks.setdefault(held[0], []).append(held[1])
+            if not self._in_flight and not self._taken:
+                # What the shards last said counted as another worker's the leases
+                # this one had not acknowledged yet: the idle check looks again (its
+                # call carries the acknowledgements), else the crawl waits a heartbeat.
+                self._seen.clear()
 
     def _renew(self) -> None:
         """Every third of the lease: renew what this worker holds, acknowledge what it
