@@ -651,6 +651,34 @@ def test_a_worker_done_with_everything_is_idle_at_once_though_a_call_counted_its
         server.flushall()
 
 
+@pytest.mark.single_server
+def test_a_lease_call_in_a_thread_answering_after_the_last_request_was_done_counts_none(
+    server, redis_url, monkeypatch
+):
+    """The same when the call in a thread answers (with nothing) after this worker was
+    done with everything: its count is not trusted either."""
+    from scrapy import Request
+
+    scheduler, slot, _, calls = threaded_scheduler(redis_url, monkeypatch)
+    scheduler.clock = lambda: 0.0
+    try:
+        for i in range(3):
+            assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        handed = [scheduler.next_request()]
+        scheduler._seen.clear()  # (as if a second passed)
+        handed += [scheduler.next_request(), scheduler.next_request()]
+        assert len(calls) == 1 and len(scheduler) == 0
+        for request in handed:  # all done while the call runs
+            slot.inprogress.add(request)
+            slot.inprogress.remove(request)
+        call, args, deferred = calls[0]
+        deferred.callback(call(*args))
+        assert not scheduler.has_pending_requests()
+        scheduler.close("finished")
+    finally:
+        server.flushall()
+
+
 def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_only():
     from scrapy import Spider
     from scrapy.utils.test import get_crawler

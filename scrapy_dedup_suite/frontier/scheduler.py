@@ -298,6 +298,7 @@ class Scheduler(BaseScheduler):
             self._ahead = None
             self._called(shard, acks, leased)
             self._took(shard, leased)  # (after a close began: given back by the close)
+            self._forget_if_idle()
             self._wake_engine()
 
         def failed(failure: Failure) -> None:
@@ -376,11 +377,14 @@ class Scheduler(BaseScheduler):
         held = self._in_flight.pop(request, None)
         if held is not None:
             self._acks.setdefault(held[0], []).append(held[1])
-            if not self._in_flight and not self._taken:
-                # What the shards last said counted as another worker's the leases
-                # this one had not acknowledged yet: the idle check looks again (its
-                # call carries the acknowledgements), else the crawl waits a heartbeat.
-                self._seen.clear()
+            self._forget_if_idle()
+
+    def _forget_if_idle(self) -> None:
+        """Done with all it took: what the shards last said counted as another worker's
+        the leases this one had not acknowledged yet, so the idle check looks again (its
+        call carries the acknowledgements), else the crawl waits a heartbeat to end."""
+        if not self._in_flight and not self._taken:
+            self._seen.clear()
 
     def _renew(self) -> None:
         """Every third of the lease: renew what this worker holds, acknowledge what it
