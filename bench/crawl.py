@@ -22,9 +22,11 @@ the crawl (Scrapy's elapsed_time_seconds). Rows:
 
 The Redis rows run on loopback and behind bench/latency_proxy.py for each
 --latency (ms added to each round trip; the PING time measured through the proxy
-is printed). Ratios are to ``memory`` and to ``scrapy-redis`` at the same
-latency, in the same run; ``calls/page`` counts the dupefilter's round trips
-(the server's EVALSHA calls, or SADDs for rows without scripts) per page crawled.
+is printed). ``memory`` is crawled again before each latency's rows (the machine's
+speed drifts over a run), and the ratios are to that ``memory`` and to
+``scrapy-redis`` at the same latency, in the same run; ``calls/page`` counts the
+dupefilter's round trips (the server's EVALSHA calls, or SADDs for rows without
+scripts) per page crawled.
 """
 
 from __future__ import annotations
@@ -287,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(
         opts.pages, opts.links, latencies, backends, opts.concurrency, binary, schedulers
     )
-    ceiling = rows[0][3]
     print(
         "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
     )
     for name, latency, ping, rate, used in rows:
+        ceiling = next(r[3] for r in rows if r[0] == "memory" and r[1] == latency)
         ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
         ref = ref or next((r[3] for r in rows if r[0] == "sr scheduler" and r[1] == latency), None)
         versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
@@ -316,7 +318,8 @@ def measure(
     binary: str,
     schedulers: bool | str = False,
 ) -> list[Row]:
-    """Every row's crawl (the first is ``memory``, on no Redis), printing each as it ends."""
+    """Every row's crawl, printing each as it ends; before each latency's rows,
+    ``memory`` (on no Redis), the reference of those rows."""
     site = Site(pages, links)
     base = {"CONCURRENT_REQUESTS": concurrency}
     rows: list[Row] = []
@@ -331,10 +334,10 @@ def measure(
             f"  {name:22s} {latency:4.1f} ms (PING {ping:5.2f} ms) {rate:7.1f} pages/s", flush=True
         )
 
-    record("memory", 0.0, 0.0, run_crawl(site.url, base), 0)
     with EmbeddedRedis(binary=binary) as server:
         direct = redis.Redis(port=server.port)
         for latency in latencies:
+            record("memory", latency, 0.0, run_crawl(site.url, base), 0)
             proxy = None
             port, ping = server.port, ping_ms(server.port)
             if latency > 0:

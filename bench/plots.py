@@ -136,10 +136,11 @@ def draw_crawl(rows: list[crawl.Row], path: Path, **note: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ceiling = rows[0][3]
-    latencies = sorted({r[1] for r in rows[1:]})
+    memory = [r[3] for r in rows if r[0] == "memory"]  # (crawled before each latency)
+    ceiling = sum(memory) / len(memory)
+    latencies = sorted({r[1] for r in rows if r[0] != "memory"})
     ax.axhline(ceiling, color="grey", linestyle="--", label="Scrapy's in-memory dupefilter")
-    for name in dict.fromkeys(r[0] for r in rows[1:]):
+    for name in dict.fromkeys(r[0] for r in rows if r[0] != "memory"):
         points = sorted((r[2], r[3]) for r in rows if r[0] == name)
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
     ax.set_xlabel(f"Redis round trip (PING, ms; {', '.join(f'{x:g}' for x in latencies)} ms added)")
