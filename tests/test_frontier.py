@@ -275,7 +275,8 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     assert view["waiting"] + view["leased"] == 30 and view["leased"] > 0
     assert view["leased_by"] == {dead.worker.rstrip(":"): view["leased"]}
     assert view["oldest_lease_ends_in"] <= 0
-    assert view["bytes_per_request"] > 0
+    # every request held (waiting or leased) is in the memory it is divided by
+    assert view["bytes_per_request"] == round(view["memory_bytes"] / 30, 1) > 0
     assert view["scrapy_redis_queue"]["requests"] == 1
     text = render("spider", found)
     assert f"{view['waiting']:,} request(s) waiting" in text
@@ -345,17 +346,22 @@ def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(
         queue.shards[0], [(0, f"\x01 parse  http://example.com/{i}".encode()) for i in range(3)]
     )
     held = FrontierQueue(server, ["site:requests"]).call(queue.shards[0], 60_000, take=1)
+    # one no worker could rebuild: moved too, never left behind in the frontier's keys
+    server.rpush(queue.shards[0].aside, b"5 \x01 parse_gone  http://example.com/aside")
     refused = handback()
     assert refused.returncode == 1
     assert "1 lease(s) are held by workers that may be alive; nothing was moved" in refused.stderr
     dry = handback("--dry-run")
-    assert dry.returncode == 0 and "2 request(s) waiting would move" in dry.stdout
+    assert dry.returncode == 0 and "2 request(s) waiting (and 1 set aside) would move" in dry.stdout
     assert "1 lease(s) held now (stop every worker first)" in dry.stdout
     queue.call(queue.shards[0], 60_000, acks=[held.requests[0][0]])
     done = handback()
     assert done.returncode == 0, done.stderr
-    assert "moved 2 request(s) into scrapy-redis's queue 'site:requests'" in done.stdout
-    assert server.zcard("site:requests") == 2
+    assert "moved 3 request(s) into scrapy-redis's queue 'site:requests'" in done.stdout
+    assert "1 of them had been set aside: no worker could rebuild them" in done.stdout
+    assert server.zcard("site:requests") == 3 and not server.exists(queue.shards[0].aside)
+    (aside,) = server.zrangebyscore("site:requests", -5, -5)  # its priority kept
+    assert b"example.com/aside" in aside
     server.delete("site:requests")
     server.set("site:requests", "x")
     wrong = handback()

@@ -75,8 +75,9 @@ class Command(ScrapyCommand):
             return
         if opts.dry_run:
             held = f"; {done.held:,} lease(s) held now (stop every worker first)"
+            aside = f" (and {done.set_aside:,} set aside)" if done.set_aside else ""
             print(
-                f"{done.waiting:,} request(s) waiting would move into {target!r}"
+                f"{done.waiting:,} request(s) waiting{aside} would move into {target!r}"
                 + (held if done.held else "")
             )
             return
@@ -93,3 +94,9 @@ class Command(ScrapyCommand):
             f"moved {done.moved:,} request(s) into scrapy-redis's queue {target!r} "
             f"({done.reclaimed:,} of them had been leased by workers that are gone)"
         )
+        if done.set_aside:
+            print(
+                f"{done.set_aside:,} of them had been set aside: no worker could rebuild "
+                "them (a callback or class gone?); scrapy-redis's scheduler cannot either "
+                "until the code that made them is deployed again"
+            )

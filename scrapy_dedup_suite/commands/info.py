@@ -125,7 +125,8 @@ FRONTIER = "frontier"
 
 def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
     """The frontier scheduler's queue beside the configured backend: requests waiting,
-    leases per worker, the oldest lease, reclaimed so far, bytes per request waiting;
+    leases per worker, the oldest lease, reclaimed so far, bytes per request held
+    (waiting, leased or set aside: the keys hold them all);
     and scrapy-redis's own queue if one is there to take over."""
     backend = build_backend(settings, spider, server=server)
     queue_key = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": spider}
@@ -138,6 +139,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
             held_by[worker] = held_by.get(worker, 0) + n
     ends = [s.oldest_lease_ends_in for s in shards if s.oldest_lease_ends_in is not None]
     memory = sum(s.memory_bytes for s in shards)
+    held = waiting + sum(s.held + s.aside for s in shards)
     kind = as_str(server.type(queue_key))
     return {
         "shards": len(shards),
@@ -149,7 +151,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
         "reclaimed": sum(s.reclaimed for s in shards),
         "set_aside": sum(s.aside for s in shards),
         "memory_bytes": memory,
-        "bytes_per_request": round(memory / waiting, 1) if waiting else None,
+        "bytes_per_request": round(memory / held, 1) if held else None,
         "scrapy_redis_queue": {
             "key": queue_key,
             "type": kind,
@@ -186,7 +188,7 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
         lines.append("  nothing waiting, nothing leased")
     else:
         per = f["bytes_per_request"]
-        size = f", {per:,.0f} bytes per request waiting" if per else ""
+        size = f", {per:,.0f} bytes per request held" if per else ""
         lines.append(
             f"  {f['waiting']:,} request(s) waiting, {human_bytes(f['memory_bytes'])}{size}"
         )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue
-from .record import Acks, record_and_enqueue
+from .record import Acks, keep_acks, record_and_enqueue
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -203,7 +203,7 @@ class Incoming:
         if batch.acks_given:
             left = 0
             for shard, ids in batch.acks.items():
-                self.acks.setdefault(shard, []).extend(ids)
+                keep_acks(self.acks, shard, ids)
                 left += len(ids)
             self._count("frontier/acknowledged", batch.acks_given - left)
         for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):

@@ -13,7 +13,7 @@ anyway carries them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..backends import calls
@@ -27,6 +27,15 @@ from .queue import FrontierQueue, Shard
 Queued = tuple[int, bytes]
 #: Lease ids to acknowledge, per shard.
 Acks = dict[Shard, list[str]]
+
+
+def keep_acks(acks: Acks, shard: Shard, ids: Iterable[str]) -> None:
+    """Leave ``ids`` in ``acks`` for the next call to ``shard`` (a call that did not
+    carry them, or failed: acknowledging one twice is harmless, lease ids are never
+    used again)."""
+    ids = list(ids)
+    if ids:
+        acks.setdefault(shard, []).extend(ids)
 
 
 class EnqueueScript(LuaScript):
@@ -95,8 +104,8 @@ def record_and_enqueue(
         seen, failed = one_call(
             lambda: _set_call(backend, shard, fingerprints, requests, ids), fingerprints
         )
-        if failed and ids:
-            acks.setdefault(shard, []).extend(ids)
+        if failed:
+            keep_acks(acks, shard, ids)
         return seen, failed
 
     carried: dict[int, tuple[Shard, list[str]]] = {}  # per call (its indices' id)
@@ -117,7 +126,7 @@ def record_and_enqueue(
     for call in failed:
         shard_ids = carried.get(id(call.indices))
         if shard_ids is not None:
-            acks.setdefault(shard_ids[0], []).extend(shard_ids[1])
+            keep_acks(acks, *shard_ids)
     for answer in answers:
         if answer is not None and answer < 0:
             layout.grown(answer)

@@ -38,7 +38,7 @@ from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
 from .incoming import Incoming
 from .queue import FrontierQueue, Shard
-from .record import load_scripts
+from .record import keep_acks, load_scripts
 from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ class Scheduler(BaseScheduler):
 
         def failed(failure: Failure) -> None:
             self._ahead = None
-            self._unsent(shard, acks)
+            keep_acks(self._acks, shard, acks)
             self.incoming.quiet.warn("The frontier could not lease requests: %s", failure.value)
             self._wake_engine()
 
@@ -350,7 +350,7 @@ class Scheduler(BaseScheduler):
         try:
             leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release, aside)
         except Exception:
-            self._unsent(shard, acks)
+            keep_acks(self._acks, shard, acks)
             raise
         self._called(shard, acks, leased)
         return leased
@@ -359,10 +359,6 @@ class Scheduler(BaseScheduler):
         """The acknowledgements a call to ``shard`` carries (none while a request waits
         to be recorded: its parent may be among them)."""
         return [] if self.incoming.unpushed else self._acks.pop(shard, [])
-
-    def _unsent(self, shard: Shard, acks: list[str]) -> None:
-        if acks:  # kept for the next call (acknowledged twice at worst: harmless)
-            self._acks.setdefault(shard, []).extend(acks)
 
     def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
         """Count what a call to ``shard`` answered; remember what it said of the shard."""
@@ -376,7 +372,7 @@ class Scheduler(BaseScheduler):
     def _done(self, request: Request) -> None:
         held = self._in_flight.pop(request, None)
         if held is not None:
-            self._acks.setdefault(held[0], []).append(held[1])
+            keep_acks(self._acks, held[0], [held[1]])
             self._forget_if_idle()
 
     def _forget_if_idle(self) -> None:

@@ -98,6 +98,8 @@ class Handback:
     waiting: int = 0
     reclaimed: int = 0
     moved: int = 0
+    #: Requests set aside (no worker could rebuild them): moved with the others.
+    set_aside: int = 0
     #: Leases still held by a worker that may be alive (none is moved then).
     held: int = 0
 
@@ -112,7 +114,9 @@ def hand_back(
 ) -> Handback:
     """Move every request of ``queue`` into scrapy-redis's priority queue at ``target``
     (written with ``serializer``: pickle unless SCHEDULER_SERIALIZER). Leases that ended
-    come back first; while any is still held, nothing moves (``held`` says how many)."""
+    come back first; while any is still held, nothing moves (``held`` says how many).
+    Requests set aside move too: scrapy-redis's scheduler may not rebuild them either,
+    but they are not left behind in keys nothing reads any more."""
     server = queue.server
     _kind_of(server, target, ("zset",), "priority queue (a sorted set)")
     old = serializer or PickleSerializer()
@@ -121,6 +125,7 @@ def hand_back(
         counts = queue.counts(shard)
         done.waiting += counts.waiting
         if dry_run:
+            done.set_aside += counts.aside
             done.held += counts.held
             continue
         while True:  # the leases that ended: back into the queue first
@@ -132,6 +137,7 @@ def hand_back(
     if done.held or dry_run:
         return done
     for shard in queue.shards:
+        done.set_aside += queue.unaside(shard)  # (else left behind in the frontier's keys)
         for priority in [as_str(p) for p in server.zrange(shard.queue, 0, -1)]:
             key = shard.list_key(priority)
             while entries := server.lrange(key, 0, chunk - 1):
