@@ -12,7 +12,9 @@ At the close, not at once: forgotten at once, a page that fails every time would
 downloaded again at every link to it; recorded until the close, it is tried once a run
 (on ``hash``, once every DEDUP_FAILED_EXPIRE). Bloom filters cannot remove a member:
 their failed pages are counted, said, and listed in Redis for ``scrapy dedup-forget
---failed``. Docs: docs/failures.md.
+--failed``. Under the frontier scheduler a page that failed for good first goes back to
+its queue, to be tried again later (FRONTIER_RETRY_TIMES, with a growing delay).
+Docs: docs/failures.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
 from .forgetting import Forgetting
-from .middleware import scheduler_dupefilter
+from .middleware import engine_slot, scheduler_dupefilter
 from .settings_table import read
 
 if TYPE_CHECKING:
@@ -82,7 +84,8 @@ class FailedPagesMiddleware:
         forgetting = self.forgetting()
         if forgetting is not None:
             if response.status in self.codes:
-                forgetting.failed_for_good(request, f"http_{response.status}")
+                if not self._retried_later(request):
+                    forgetting.failed_for_good(request, f"http_{response.status}")
             elif forgetting.failed:
                 forgetting.succeeded(request)
         return response
@@ -93,9 +96,16 @@ class FailedPagesMiddleware:
         if isinstance(exception, IgnoreRequest):
             return None  # (a decision, not a failure)
         forgetting = self.forgetting()
-        if forgetting is not None:
+        if forgetting is not None and not self._retried_later(request):
             forgetting.failed_for_good(request, type(exception).__name__)
         return None
+
+    def _retried_later(self, request: Request) -> bool:
+        """Whether the scheduler (the frontier's) puts the page back in its queue to try
+        it again later, rather than leave it failed for good."""
+        scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
+        retry_later = getattr(scheduler, "retry_later", None)
+        return bool(retry_later(request)) if retry_later is not None else False
 
     def spider_opened(self, spider: Spider | None = None) -> None:
         forgetting = self.forgetting()

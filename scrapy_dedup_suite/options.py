@@ -270,6 +270,8 @@ class FrontierOptions:
     lease: float
     prefetch: int
     serializer: Any
+    retry_times: int = 0
+    retry_delay: float = 60.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> FrontierOptions:
@@ -282,4 +284,6 @@ class FrontierOptions:
             lease=read(settings, "FRONTIER_LEASE"),
             prefetch=max(1, prefetch),
             serializer=serializer(read(settings, "SCHEDULER_SERIALIZER")),
+            retry_times=read(settings, "FRONTIER_RETRY_TIMES"),
+            retry_delay=read(settings, "FRONTIER_RETRY_DELAY"),
         )

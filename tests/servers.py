@@ -155,6 +155,8 @@ class Site:
         #: Pages that fail instead of being served: "drop" (the connection closed
         #: without an answer) or "503"; each failure counted in ``failures``.
         self.failing: dict[int, str] = {}
+        #: Pages that answer 503 until they have failed that many times, then are served.
+        self.fail_first: dict[int, int] = {}
         self.failures: Counter[int] = Counter()
         site = self
 
@@ -171,6 +173,8 @@ class Site:
                 if site.on_hit is not None:
                     site.on_hit(n)
                 failure = site.failing.get(n)
+                if failure is None and site.failures[n] < site.fail_first.get(n, 0):
+                    failure = "503"
                 if failure is not None:
                     site.failures[n] += 1
                     if failure == "503":

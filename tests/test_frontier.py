@@ -348,18 +348,23 @@ def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(
     held = FrontierQueue(server, ["site:requests"]).call(queue.shards[0], 60_000, take=1)
     # one no worker could rebuild: moved too, never left behind in the frontier's keys
     server.rpush(queue.shards[0].aside, b"5 \x01 parse_gone  http://example.com/aside")
+    # and one that failed, to try again in a long while: moved too
+    server.zadd(queue.shards[0].later, {b"0 \x01 parse  http://example.com/later": 9e15})
     refused = handback()
     assert refused.returncode == 1
     assert "1 lease(s) are held by workers that may be alive; nothing was moved" in refused.stderr
     dry = handback("--dry-run")
-    assert dry.returncode == 0 and "2 request(s) waiting (and 1 set aside) would move" in dry.stdout
+    assert dry.returncode == 0, dry.stderr
+    assert "2 request(s) waiting (and 1 set aside, 1 to try again later) would move" in dry.stdout
     assert "1 lease(s) held now (stop every worker first)" in dry.stdout
     queue.call(queue.shards[0], 60_000, acks=[held.requests[0][0]])
     done = handback()
     assert done.returncode == 0, done.stderr
-    assert "moved 3 request(s) into scrapy-redis's queue 'site:requests'" in done.stdout
+    assert "moved 4 request(s) into scrapy-redis's queue 'site:requests'" in done.stdout
     assert "1 of them had been set aside: no worker could rebuild them" in done.stdout
-    assert server.zcard("site:requests") == 3 and not server.exists(queue.shards[0].aside)
+    assert "1 of them had failed and waited to be tried again later" in done.stdout
+    assert server.zcard("site:requests") == 4 and not server.exists(queue.shards[0].aside)
+    assert not server.exists(queue.shards[0].later)
     (aside,) = server.zrangebyscore("site:requests", -5, -5)  # its priority kept
     assert b"example.com/aside" in aside
     server.delete("site:requests")
@@ -456,6 +461,7 @@ def threaded_scheduler(redis_url, monkeypatch):
     """A frontier scheduler (CONCURRENT_REQUESTS = 8, persisting) whose lease calls in a
     thread are run by hand: ``calls`` holds each (call, args, its Deferred); ``woken``
     one entry per time it woke the engine."""
+    import functools
     from types import SimpleNamespace
 
     from scrapy import Spider
@@ -477,8 +483,8 @@ def threaded_scheduler(redis_url, monkeypatch):
     scheduler = Scheduler.from_crawler(crawler)
     calls = []
 
-    def in_thread(call, *args):
-        calls.append((call, args, defer.Deferred()))
+    def in_thread(call, *args, **kwargs):
+        calls.append((functools.partial(call, **kwargs), args, defer.Deferred()))
         return calls[-1][2]
 
     scheduler.in_thread = in_thread

@@ -75,9 +75,11 @@ class Command(ScrapyCommand):
             return
         if opts.dry_run:
             held = f"; {done.held:,} lease(s) held now (stop every worker first)"
-            aside = f" (and {done.set_aside:,} set aside)" if done.set_aside else ""
+            also = [f"{done.set_aside:,} set aside"] if done.set_aside else []
+            also += [f"{done.later:,} to try again later"] if done.later else []
+            more = f" (and {', '.join(also)})" if also else ""
             print(
-                f"{done.waiting:,} request(s) waiting{aside} would move into {target!r}"
+                f"{done.waiting:,} request(s) waiting{more} would move into {target!r}"
                 + (held if done.held else "")
             )
             return
@@ -94,6 +96,8 @@ class Command(ScrapyCommand):
             f"moved {done.moved:,} request(s) into scrapy-redis's queue {target!r} "
             f"({done.reclaimed:,} of them had been leased by workers that are gone)"
         )
+        if done.later:
+            print(f"{done.later:,} of them had failed and waited to be tried again later")
         if done.set_aside:
             print(
                 f"{done.set_aside:,} of them had been set aside: no worker could rebuild "

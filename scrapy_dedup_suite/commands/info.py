@@ -126,7 +126,7 @@ FRONTIER = "frontier"
 def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
     """The frontier scheduler's queue beside the configured backend: requests waiting,
     leases per worker, the oldest lease, reclaimed so far, bytes per request held
-    (waiting, leased or set aside: the keys hold them all);
+    (waiting, leased, set aside or to try again: the keys hold them all);
     and scrapy-redis's own queue if one is there to take over."""
     backend = build_backend(settings, spider, server=server)
     queue_key = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": spider}
@@ -139,7 +139,8 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
             held_by[worker] = held_by.get(worker, 0) + n
     ends = [s.oldest_lease_ends_in for s in shards if s.oldest_lease_ends_in is not None]
     memory = sum(s.memory_bytes for s in shards)
-    held = waiting + sum(s.held + s.aside for s in shards)
+    held = waiting + sum(s.held + s.aside + s.later for s in shards)
+    dues = [s.next_due_in for s in shards if s.next_due_in is not None]
     kind = as_str(server.type(queue_key))
     return {
         "shards": len(shards),
@@ -150,6 +151,8 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
         "oldest_lease_ends_in": min(ends) if ends else None,
         "reclaimed": sum(s.reclaimed for s in shards),
         "set_aside": sum(s.aside for s in shards),
+        "retry_later": sum(s.later for s in shards),
+        "next_retry_in": min(dues) if dues else None,
         "memory_bytes": memory,
         "bytes_per_request": round(memory / held, 1) if held else None,
         "scrapy_redis_queue": {
@@ -200,6 +203,13 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
             lines.append(f"  the oldest lease {when} (reclaimed by the next worker's call)")
     if f["reclaimed"]:
         lines.append(f"  {f['reclaimed']:,} lease(s) of dead workers reclaimed so far")
+    if f["retry_later"]:
+        due = f["next_retry_in"]
+        when = f"in {due:,.0f} s" if due > 0 else "now (at the next worker's call)"
+        lines.append(
+            f"  {f['retry_later']:,} page(s) whose download failed wait to be tried again, "
+            f"the first {when}"
+        )
     if f["set_aside"]:
         lines.append(
             f"  {f['set_aside']:,} request(s) set aside at '...:frontier:aside': no worker "

@@ -17,7 +17,10 @@ and no single key holds the frontier. A shard (``lua/frontier.lua``):
   and went back to the queue);
 - ``{tag}:frontier:aside``: a list of the requests a worker could not decode (their
   callback gone from the spider, a serializer changed), set aside rather than given
-  back again and again; a worker's start gives them another try.
+  back again and again; a worker's start gives them another try;
+- ``{tag}:frontier:later``: a sorted set, "priority entry" -> when it is due (the
+  server's clock, ms), of the pages whose download failed for good, to try again
+  (FRONTIER_RETRY_TIMES); the lease calls put those due back at the front of the queue.
 
 A worker's one call to a shard (``lua/frontier_lease.lua``) acknowledges, renews and
 gives back the leases it names, returns what a dead worker held past its lease to the
@@ -64,8 +67,12 @@ class Shard:
         return f"{self.queue}:aside"
 
     @property
+    def later(self) -> str:
+        return f"{self.queue}:later"
+
+    @property
     def lease_keys(self) -> list[str]:
-        return [self.queue, self.leases, self.expiries, self.counters, self.aside]
+        return [self.queue, self.leases, self.expiries, self.counters, self.aside, self.later]
 
     @property
     def record_keys(self) -> list[str]:
@@ -102,6 +109,9 @@ class ShardCounts:
     memory_bytes: int
     #: Requests set aside: no worker could decode them.
     aside: int = 0
+    #: Pages to try again later, and seconds until the first is due (< 0: due).
+    later: int = 0
+    next_due_in: float | None = None
 
 
 class FrontierQueue:
@@ -164,17 +174,20 @@ class FrontierQueue:
         renew: Sequence[str] = (),
         release: Sequence[str] = (),
         aside: Sequence[str] = (),
+        later: Sequence[Any] = (),
     ) -> Leased:
         """One call to ``shard``: acknowledge ``acks``, renew ``renew`` for ``lease_ms``,
-        give back ``release``, set ``aside`` aside (undecodable), reclaim expired
-        leases, then lease up to ``take``
+        give back ``release``, set ``aside`` aside (undecodable), end the leases of
+        ``later`` (per page that failed for good: lease id, delay in ms, priority, entry
+        to try again) and keep those pages until due, reclaim expired leases, put the
+        pages due back, then lease up to ``take``
         (their ids reserved first: calls may run at once, from several threads)."""
         with self._ids:
             first = self._next_id
             self._next_id += take
         args: list[Any] = [lease_ms, take, self.worker, first]
-        for ids in (acks, renew, release, aside):
-            args += [len(ids), *ids]
+        for items in (acks, renew, release, aside, later):
+            args += [len(items), *items]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
         requests = []
         for i in range(3, len(answer), 2):
@@ -192,6 +205,18 @@ class FrontierQueue:
             if moved < 1000:
                 return back
 
+    def unlater(self, shard: Shard) -> int:
+        """Put every page of ``shard`` waiting to be tried again in the queue now (the
+        way back to scrapy-redis's): how many. Each chunk is pushed before it leaves:
+        an interruption pushes one chunk twice at most."""
+        moved = 0
+        while members := self.server.zrange(shard.later, 0, 999):
+            pairs = [bytes(m).partition(b" ") for m in members]
+            self.push(shard, [(int(priority), entry) for priority, _, entry in pairs])
+            self.server.zrem(shard.later, *members)
+            moved += len(members)
+        return moved
+
     # -- seen from outside ---------------------------------------------------------------
 
     def keys_of(self, shard: Shard, priorities: list[str] | None = None) -> list[str]:
@@ -199,7 +224,7 @@ class FrontierQueue:
         if priorities is None:
             priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
         keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
-        keys += [shard.leases, shard.expiries, shard.counters, shard.aside]
+        keys += [shard.leases, shard.expiries, shard.counters, shard.aside, shard.later]
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
@@ -217,17 +242,28 @@ class FrontierQueue:
         for lease_id in ids:
             worker = lease_id.rpartition(":")[0]
             held_by[worker] = held_by.get(worker, 0) + 1
-        oldest = server.zrange(shard.expiries, 0, 0, withscores=True)
-        ends_in = None
-        if oldest:
-            seconds, micros = server.time()
-            ends_in = float(oldest[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
+        ends_in = self._seconds_until(shard.expiries)
         reclaimed = int(server.hget(shard.counters, "reclaimed") or 0)
         memory = memory_usage(server, self.keys_of(shard, priorities))
         aside = int(server.llen(shard.aside))
+        later, due_in = self.later(shard)
         return ShardCounts(
-            shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside
-        )
+            shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside, later,
+            due_in,
+        )  # fmt: skip
+
+    def later(self, shard: Shard) -> tuple[int, float | None]:
+        """The pages of ``shard`` to try again later, and seconds until the first is due."""
+        return int(self.server.zcard(shard.later)), self._seconds_until(shard.later)
+
+    def _seconds_until(self, key: str) -> float | None:
+        """Seconds from the server's clock to the first score of ``key`` (a time in ms),
+        or None if it is empty."""
+        first = self.server.zrange(key, 0, 0, withscores=True)
+        if not first:
+            return None
+        seconds, micros = self.server.time()
+        return float(first[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
 
     def clear(self) -> int:
         """Delete every request waiting or leased, and the counters: how many keys."""

@@ -9,7 +9,8 @@ recorded and enqueued, each in the same call as its record (:mod:`.record`). A k
 between the two leaves the parent to be fetched again, never its children lost. A
 live worker renews its leases every third of FRONTIER_LEASE; a dead worker's go back
 to the front of the queue when their lease ends, by the next call of any worker.
-A graceful close gives back what was taken and not started.
+A graceful close gives back what was taken and not started. A page whose download
+failed for good is tried again later rather than acknowledged (:mod:`.later`).
 
 Round trips: one call per request recorded (as the dupefilter alone), one call per
 FRONTIER_PREFETCH requests taken; both carry the acknowledgements waiting. The next
@@ -37,6 +38,7 @@ from ..middleware import engine_slot
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
 from .incoming import Incoming
+from .later import RetryLater
 from .queue import FrontierQueue, Shard
 from .record import keep_acks, load_scripts
 from .takeover import old_queue, take_over
@@ -101,6 +103,8 @@ class Scheduler(BaseScheduler):
         #: Leases done, acknowledged by the next call to their shard (a lease call, or
         #: a record call of :attr:`incoming`).
         self._acks: dict[Shard, list[str]] = {}
+        #: Pages whose download failed for good, tried again later (:mod:`.later`).
+        self.later = RetryLater(self.codec, options.retry_times, options.retry_delay, self._count)
         #: The way in: requests recorded and enqueued, and those to send again.
         self.incoming = Incoming(df, self.codec, self._count, self._forget_shards, self._acks)
         self._next_shard = 0
@@ -184,12 +188,14 @@ class Scheduler(BaseScheduler):
         for _, shard, lease_id in self._taken:
             released.setdefault(shard, []).append(lease_id)
         self._taken.clear()
-        for shard in {*released, *self._acks}:
+        for shard in {*released, *self._acks, *self.later.waiting}:
             try:
                 self._call(shard, 0, release=released.get(shard, ()))
             except Exception as exc:  # their leases end and go back by themselves
                 logger.warning("Could not give back the frontier's leases at close: %s", exc)
         self._count("frontier/released", sum(len(ids) for ids in released.values()))
+        if self.queue is not None:
+            self.later.say_at_close(self.queue, self.options.persist)
         if not self.options.persist:
             try:
                 self.flush()
@@ -291,7 +297,7 @@ class Scheduler(BaseScheduler):
         if shard is None:
             return
         assert self.queue is not None
-        acks = self._acks_for(shard)
+        acks, later = self._carried(shard)
         call = self.queue.call
 
         def answered(leased: Any) -> None:
@@ -303,11 +309,12 @@ class Scheduler(BaseScheduler):
 
         def failed(failure: Failure) -> None:
             self._ahead = None
-            keep_acks(self._acks, shard, acks)
+            self._keep(shard, acks, later)
             self.incoming.quiet.warn("The frontier could not lease requests: %s", failure.value)
             self._wake_engine()
 
-        ahead = self.in_thread(call, shard, self.lease_ms, self.options.prefetch, acks)
+        take = self.options.prefetch
+        ahead = self.in_thread(call, shard, self.lease_ms, take, acks, later=later)
         self._ahead = ahead.addCallbacks(answered, failed)
 
     def _wake_engine(self) -> None:
@@ -346,19 +353,27 @@ class Scheduler(BaseScheduler):
     ) -> Any:
         """One call to ``shard`` here and now, carrying its acknowledgements."""
         assert self.queue is not None
-        acks = self._acks_for(shard)
+        acks, later = self._carried(shard)
         try:
-            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release, aside)
+            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release, aside, later)
         except Exception:
-            keep_acks(self._acks, shard, acks)
+            self._keep(shard, acks, later)
             raise
         self._called(shard, acks, leased)
         return leased
 
-    def _acks_for(self, shard: Shard) -> list[str]:
-        """The acknowledgements a call to ``shard`` carries (none while a request waits
-        to be recorded: its parent may be among them)."""
-        return [] if self.incoming.unpushed else self._acks.pop(shard, [])
+    def _carried(self, shard: Shard) -> tuple[list[str], list[Any]]:
+        """The acknowledgements and the pages to try again later a call to ``shard``
+        carries (none while a request waits to be recorded: its parent may be among
+        them)."""
+        if self.incoming.unpushed:
+            return [], []
+        return self._acks.pop(shard, []), self.later.carried(shard)
+
+    def _keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:
+        """What a call that failed carried waits for the next call to ``shard``."""
+        keep_acks(self._acks, shard, acks)
+        self.later.keep(shard, later)
 
     def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
         """Count what a call to ``shard`` answered; remember what it said of the shard."""
@@ -372,8 +387,14 @@ class Scheduler(BaseScheduler):
     def _done(self, request: Request) -> None:
         held = self._in_flight.pop(request, None)
         if held is not None:
-            keep_acks(self._acks, held[0], [held[1]])
+            if not self.later.done(request, *held):
+                keep_acks(self._acks, held[0], [held[1]])
             self._forget_if_idle()
+
+    def retry_later(self, request: Request) -> bool:
+        """``request``'s download failed for good (``FailedPagesMiddleware`` says so):
+        whether it is tried again later (:mod:`.later`), rather than acknowledged."""
+        return request in self._in_flight and self.later.decide(request)
 
     def _forget_if_idle(self) -> None:
         """Done with all it took: what the shards last said counted as another worker's
@@ -392,7 +413,7 @@ class Scheduler(BaseScheduler):
             held.setdefault(shard, []).append(lease_id)
         if self.incoming.unpushed:
             self.incoming.push_unpushed()
-        for shard in {*held, *self._acks}:
+        for shard in {*held, *self._acks, *self.later.waiting}:
             try:
                 self._call(shard, 0, renew=held.get(shard, ()))
             except Exception as exc:  # (_call kept the acknowledgements for the next)

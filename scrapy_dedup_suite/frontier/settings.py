@@ -72,4 +72,22 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         "requests a worker leases per call, at most (0: `CONCURRENT_REQUESTS`)",
         table="frontier",
     ),
+    Setting(
+        "FRONTIER_RETRY_TIMES",
+        5,
+        Whole(0, 20, "a whole number from 0 to 20 (0: never)"),
+        "`FailedPagesMiddleware`: times a page whose download failed for good (after "
+        "`RetryMiddleware`'s retries) goes back to the queue to be tried again later; then "
+        "it is forgotten at the close as without the frontier",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_RETRY_DELAY",
+        60.0,
+        Seconds(0.0, TEN_YEARS, "a number of seconds >= 0 (e.g. 60)", low_open=False),
+        "seconds before a page that failed for good is tried again, doubled each time "
+        "(60: after 1, 2, 4, 8 and 16 minutes)",
+        shown="`60.0` (a minute)",
+        table="frontier",
+    ),
 )

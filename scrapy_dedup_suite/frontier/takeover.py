@@ -100,6 +100,8 @@ class Handback:
     moved: int = 0
     #: Requests set aside (no worker could rebuild them): moved with the others.
     set_aside: int = 0
+    #: Pages that failed, waiting to be tried again (FRONTIER_RETRY_TIMES): moved too.
+    later: int = 0
     #: Leases still held by a worker that may be alive (none is moved then).
     held: int = 0
 
@@ -116,7 +118,8 @@ def hand_back(
     (written with ``serializer``: pickle unless SCHEDULER_SERIALIZER). Leases that ended
     come back first; while any is still held, nothing moves (``held`` says how many).
     Requests set aside move too: scrapy-redis's scheduler may not rebuild them either,
-    but they are not left behind in keys nothing reads any more."""
+    but they are not left behind in keys nothing reads any more; so do the pages
+    waiting to be tried again, due or not."""
     server = queue.server
     _kind_of(server, target, ("zset",), "priority queue (a sorted set)")
     old = serializer or PickleSerializer()
@@ -126,6 +129,7 @@ def hand_back(
         done.waiting += counts.waiting
         if dry_run:
             done.set_aside += counts.aside
+            done.later += counts.later
             done.held += counts.held
             continue
         while True:  # the leases that ended: back into the queue first
@@ -138,6 +142,7 @@ def hand_back(
         return done
     for shard in queue.shards:
         done.set_aside += queue.unaside(shard)  # (else left behind in the frontier's keys)
+        done.later += queue.unlater(shard)
         for priority in [as_str(p) for p in server.zrange(shard.queue, 0, -1)]:
             key = shard.list_key(priority)
             while entries := server.lrange(key, 0, chunk - 1):

@@ -6,23 +6,29 @@
 -- priority, a space, the entry), KEYS[3]: their expiries (a sorted set: lease id ->
 -- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed),
 -- KEYS[5]: the requests set aside (a list of "priority entry": a worker could not
--- decode them).
+-- decode them), KEYS[6]: the pages to try again later (a sorted set: "priority entry"
+-- -> the server's time in ms when it is due).
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
--- ARGV[4]: the number of its first new lease; then four lists, each its length first:
+-- ARGV[4]: the number of its first new lease; then five lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
 -- released (taken but not started, at a graceful close), the ids set aside (their
--- entry could not be decoded: kept in KEYS[5] rather than given back again and again).
+-- entry could not be decoded: kept in KEYS[5] rather than given back again and again),
+-- and per page whose download failed for good, four items: its lease id, the delay in
+-- ms, its priority and its entry to try again (its lease ends: it waits in KEYS[6]).
+-- The pages due go back to the front of the queue before requests are leased.
 -- Returns {priorities waiting, leases held, reclaimed by this call, then per request
 -- leased: its priority and entry}; the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local later = KEYS[6]
 local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local prefix, first = ARGV[3], tonumber(ARGV[4])
 dedup_check_type(leases, 'hash', 'the frontier leases')
 dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
 dedup_check_type(counters, 'hash', 'the frontier counters')
 dedup_check_type(aside, 'list', 'the frontier requests set aside')
+dedup_check_type(later, 'zset', 'the frontier pages to try again later')
 local lists, at = {}, 5
-for l = 1, 4 do
+for l = 1, 5 do
   local len = tonumber(ARGV[at])
   local ids = {}
   for i = 1, len do ids[i] = ARGV[at + i] end
@@ -37,6 +43,13 @@ for _, id in ipairs(lists[4]) do
   if held then rcall('RPUSH', aside, held) end
 end
 frontier_ack(leases, expiries, lists[4])
+local failed = lists[5]
+for i = 1, #failed, 4 do -- (a lease already reclaimed went back to the queue: no more)
+  if rcall('HEXISTS', leases, failed[i]) == 1 then
+    rcall('ZADD', later, now + tonumber(failed[i + 1]), failed[i + 2] .. ' ' .. failed[i + 3])
+    frontier_ack(leases, expiries, { failed[i] })
+  end
+end
 for _, id in ipairs(lists[2]) do
   rcall('ZADD', expiries, 'XX', now + lease_ms, id)
 end
@@ -58,14 +71,24 @@ end
 give_back(lists[3])
 local released = #back
 give_back(expired)
+local due = rcall('ZRANGEBYSCORE', later, '-inf', now, 'LIMIT', 0, 100)
+for _, held in ipairs(due) do
+  local space = string.find(held, ' ', 1, true)
+  local priority = string.sub(held, 1, space - 1)
+  back[#back + 1] = { false, priority, string.sub(held, space + 1) }
+  priorities[priority] = true
+end
 frontier_check(queue, priorities)
 for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their order)
   local id, priority, entry = back[i][1], back[i][2], back[i][3]
   frontier_push(queue, priority, entry, true)
-  rcall('HDEL', leases, id)
-  rcall('ZREM', expiries, id)
+  if id then
+    rcall('HDEL', leases, id)
+    rcall('ZREM', expiries, id)
+  end
 end
-local reclaimed = #back - released
+if #due > 0 then rcall('ZREM', later, unpack(due)) end
+local reclaimed = #back - released - #due
 if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
 local out = { 0, 0, reclaimed }
 local taken = 0
