@@ -29,6 +29,12 @@ class DedupCounts:
             self.stats.inc_value("dedup/added")
         return seen
 
+    def tally(self, seen: int, added: int) -> None:
+        """Count a batch's answers at once: ``seen`` filtered, ``added`` new."""
+        self.filtered(seen)
+        if added and self.stats is not None:
+            self.stats.inc_value("dedup/added", added)
+
     def count(self, name: str, value: int = 1) -> None:
         """Add ``value`` to the stat ``name``."""
         if self.stats is not None:

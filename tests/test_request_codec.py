@@ -9,6 +9,8 @@ import pickle
 
 import pytest
 import scrapy
+from hypothesis import given
+from hypothesis import strategies as st
 from scrapy.http import FormRequest, JsonRequest
 
 from scrapy_dedup_suite.frontier.codec import (
@@ -177,3 +179,13 @@ def test_a_projects_serializer_is_used_for_what_is_not_a_line(spider):
     back = codec.decode(codec.encode(request))
     assert serializer.calls == 2
     assert back.to_dict(spider=spider) == request.to_dict(spider=spider)
+
+
+@given(st.text(alphabet="ab/é", max_size=40), st.text(alphabet="ab/é", max_size=40))
+def test_the_part_a_link_shares_with_its_referer_is_the_longest_common_prefix(a, b):
+    from os.path import commonprefix
+
+    from scrapy_dedup_suite.frontier.codec import _shared
+
+    assert _shared(a, b) == len(commonprefix([a, b]))  # noqa: RUF071 - characters wanted
+    assert _shared(a, a + b) == len(a)

@@ -24,7 +24,6 @@ callback that is not a spider method, a meta value that cannot be serialized) is
 from __future__ import annotations
 
 import importlib
-import os.path
 import pickle
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -246,12 +245,25 @@ def _line(
     coded = "" if encoding == DEFAULTS["encoding"] else encoding
     text = f"{'' if depth is None else depth} {callback} {coded} {url}"
     if referer is not None:  # the part it shares with the URL (its parent's) as a length
-        shared = len(os.path.commonprefix([url, referer]))  # noqa: RUF071 - characters
+        shared = _shared(url, referer)
         text += f" {shared},{referer[shared:]}"
     try:
         return LINE + text.encode("utf-8")
     except UnicodeEncodeError:  # (a lone surrogate): the serializer keeps it
         return None
+
+
+def _shared(a: str, b: str) -> int:
+    """The length of the longest prefix ``a`` and ``b`` share (by halving: slices are
+    compared in C, where os.path.commonprefix loops over characters in Python)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _from_line(rest: bytes) -> dict[str, Any]:

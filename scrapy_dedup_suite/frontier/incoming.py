@@ -206,13 +206,18 @@ class Incoming:
                 keep_acks(self.acks, shard, ids)
                 left += len(ids)
             self._count("frontier/acknowledged", batch.acks_given - left)
+        filtered = added = 0
         for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
             if answer is None:
                 continue
             batch.out[i] = not answer
             if df.known is not None:
                 df.known.add(fp)
-            df.counts.counted(answer)
+            if answer:
+                filtered += 1
+            else:
+                added += 1
+        df.counts.tally(filtered, added)  # (once a batch: a page's links are many)
         return batch.out
 
     def enqueue_many(self, requests: Sequence[Request]) -> Prepared:
