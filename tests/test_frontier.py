@@ -371,6 +371,14 @@ def test_frontier_handback_says_what_it_moved_and_refuses_while_a_lease_is_held(
     server.set("site:requests", "x")
     wrong = handback()
     assert wrong.returncode == 1 and "holds a string" in wrong.stderr
+    server.delete("site:requests")
+    # a frontier key of another type: one line naming it, and nothing touched
+    server.set(queue.shards[0].later, "another program's")
+    damaged = handback()
+    assert damaged.returncode == 1 and len(damaged.stderr.strip().splitlines()) == 1
+    named = f"{queue.shards[0].later!r} holds a string, not the frontier's pages"
+    assert named in damaged.stderr
+    assert server.get(queue.shards[0].later) == b"another program's"
 
 
 @pytest.mark.single_server

@@ -230,9 +230,31 @@ class FrontierQueue:
             pipe.exists(key)
         return [key for key, there in zip(keys, pipe.execute()) if there]
 
+    def check(self, shard: Shard, priorities: Sequence[str] = ()) -> None:
+        """Refuse, naming it, a key of ``shard`` that holds another type (another
+        program's, or damaged): it is never read as the frontier's, nor deleted."""
+        kinds = [
+            (shard.queue, "zset", "queue of priorities"), (shard.leases, "hash", "leases"),
+            (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
+            (shard.aside, "list", "requests set aside"),
+            (shard.later, "zset", "pages to try again later"),
+            *((shard.list_key(p), "list", f"requests at priority {p}") for p in priorities),
+        ]  # fmt: skip
+        pipe = self.server.pipeline(transaction=False)
+        for key, _, _ in kinds:
+            pipe.type(key)
+        for (key, kind, what), found in zip(kinds, pipe.execute()):
+            if as_str(found) not in ("none", kind):
+                raise DedupConfigError(
+                    f"{key!r} holds a {as_str(found)}, not the frontier's {what} (a {kind}); "
+                    "move it away (RENAME) if another program owns it, then run this again"
+                )
+
     def counts(self, shard: Shard) -> ShardCounts:
         server = self.server
+        self.check(shard)
         priorities = [as_str(p) for p in server.zrange(shard.queue, 0, -1)]
+        self.check(shard, priorities)
         pipe = server.pipeline(transaction=False)
         for p in priorities:
             pipe.llen(shard.list_key(p))
