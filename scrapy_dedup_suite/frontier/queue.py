@@ -230,20 +230,23 @@ class FrontierQueue:
             pipe.exists(key)
         return [key for key, there in zip(keys, pipe.execute()) if there]
 
-    def check(self, shard: Shard, priorities: Sequence[str] = ()) -> None:
+    def check(self, shard: Shard, priorities: Sequence[str] | None = None) -> None:
         """Refuse, naming it, a key of ``shard`` that holds another type (another
-        program's, or damaged): it is never read as the frontier's, nor deleted."""
-        kinds = [
-            (shard.queue, "zset", "queue of priorities"), (shard.leases, "hash", "leases"),
-            (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
-            (shard.aside, "list", "requests set aside"),
-            (shard.later, "zset", "pages to try again later"),
-            *((shard.list_key(p), "list", f"requests at priority {p}") for p in priorities),
-        ]  # fmt: skip
+        program's, or damaged): it is never read as the frontier's, nor deleted. The
+        shard's own keys; with ``priorities``, the lists of those priorities instead."""
+        if priorities is None:
+            kinds = [
+                (shard.queue, "zset", "queue of priorities"), (shard.leases, "hash", "leases"),
+                (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
+                (shard.aside, "list", "requests set aside"),
+                (shard.later, "zset", "pages to try again later"),
+            ]  # fmt: skip
+        else:
+            kinds = [(shard.list_key(p), "list", f"requests at priority {p}") for p in priorities]
         pipe = self.server.pipeline(transaction=False)
         for key, _, _ in kinds:
             pipe.type(key)
-        for (key, kind, what), found in zip(kinds, pipe.execute()):
+        for (key, kind, what), found in zip(kinds, pipe.execute() if kinds else []):
             if as_str(found) not in ("none", kind):
                 raise DedupConfigError(
                     f"{key!r} holds a {as_str(found)}, not the frontier's {what} (a {kind}); "
@@ -252,7 +255,7 @@ class FrontierQueue:
 
     def counts(self, shard: Shard) -> ShardCounts:
         server = self.server
-        self.check(shard)
+        self.check(shard)  # (before the queue is read)
         priorities = [as_str(p) for p in server.zrange(shard.queue, 0, -1)]
         self.check(shard, priorities)
         pipe = server.pipeline(transaction=False)
