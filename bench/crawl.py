@@ -27,6 +27,12 @@ speed drifts over a run), and the ratios are to that ``memory`` and to
 ``scrapy-redis`` at the same latency, in the same run; ``calls/page`` counts the
 dupefilter's round trips (the server's EVALSHA calls, or SADDs for rows without
 scripts) per page crawled.
+
+``--repeat N`` crawls each latency's rows N times in turn, ``memory`` first each time:
+each crawl's ratio is to the ``memory`` crawl of its own round, and the table shows
+the median of the N ratios and their range (on a shared machine one crawl's speed
+moves by a third between runs). ``--rows`` keeps the rows whose name contains one of
+the words listed (``memory`` always runs).
 """
 
 from __future__ import annotations
@@ -271,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only memory and the rows with the queue in Redis (and the frontier per request)",
     )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds per latency (medians of their ratios)"
+    )
+    parser.add_argument("--rows", help="only the rows whose name contains one of these, listed")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.child:
@@ -278,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if opts.pages < 2 or opts.links < 1:
         parser.error("--pages must be at least 2 and --links at least 1")
+    if opts.repeat < 1:
+        parser.error(f"--repeat must be at least 1; got {opts.repeat}")
     try:
         latencies = [float(x) for x in opts.latency.split(",") if x.strip()]
     except ValueError:
@@ -286,27 +298,61 @@ def main(argv: list[str] | None = None) -> int:
     binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
     schedulers = "only" if opts.only_schedulers else opts.schedulers
+    only = [w.strip() for w in opts.rows.split(",") if w.strip()] if opts.rows else None
     rows = measure(
-        opts.pages, opts.links, latencies, backends, opts.concurrency, binary, schedulers
+        opts.pages,
+        opts.links,
+        latencies,
+        backends,
+        opts.concurrency,
+        binary,
+        schedulers,
+        repeat=opts.repeat,
+        only=only,
     )
-    print(
-        "\nrow                     latency    PING  pages/s  x memory  x scrapy-redis  calls/page"
-    )
-    for name, latency, ping, rate, used in rows:
-        ceiling = next(r[3] for r in rows if r[0] == "memory" and r[1] == latency)
-        ref = next((r[3] for r in rows if r[0] == "scrapy-redis" and r[1] == latency), None)
-        ref = ref or next((r[3] for r in rows if r[0] == "sr scheduler" and r[1] == latency), None)
+    print(f"\n{'row':26s} latency    PING  pages/s  x memory  x scrapy-redis  calls/page")
+    summary = summarise(rows)
+    for name, latency, ping, rate, used, ratio, spread in summary:
+        ref = next((s[3] for s in summary if s[0] == "scrapy-redis" and s[1] == latency), 0.0)
+        ref = ref or next(
+            (s[3] for s in summary if s[0] == "sr scheduler" and s[1] == latency), 0.0
+        )
         versus = f"{rate / ref:13.2f}x" if ref and name != "memory" else " " * 14
-        per_page = f"{used / opts.pages:10.2f}" if name != "memory" else ""
+        per_page = f"{used / opts.pages:10.2f}" if name != "memory" else " " * 10
+        ranged = f"  ({spread[0]:.2f}-{spread[1]:.2f}x)" if opts.repeat > 1 else ""
         print(
-            f"{name:22s} {latency:5.1f} ms {ping:5.2f} {rate:8.1f} {rate / ceiling:8.2f}x "
-            f"{versus} {per_page}"
+            f"{name:26s} {latency:5.1f} ms {ping:5.2f} {rate:8.1f} {ratio:8.2f}x "
+            f"{versus} {per_page}{ranged if name != 'memory' else ''}"
         )
     return 0
 
 
-#: One crawl's figures: row name, latency added (ms), PING measured (ms), pages/s, calls.
-Row = tuple[str, float, float, float, int]
+#: One crawl's figures: row name, latency added (ms), PING measured (ms), pages/s, calls,
+#: and pages/s over the ``memory`` crawl of its round.
+Row = tuple[str, float, float, float, int, float]
+#: A row over its rounds: name, latency, PING, median pages/s, calls, median ratio to
+#: ``memory`` and the (lowest, highest) ratio.
+Summary = tuple[str, float, float, float, int, float, tuple[float, float]]
+
+
+def summarise(rows: list[Row]) -> list[Summary]:
+    """Each (row, latency) over its rounds, in the order first crawled."""
+    out: list[Summary] = []
+    for name, latency in dict.fromkeys((r[0], r[1]) for r in rows):
+        runs = [r for r in rows if r[0] == name and r[1] == latency]
+        ratios = [r[5] for r in runs]
+        out.append(
+            (
+                name,
+                latency,
+                statistics.median(r[2] for r in runs),
+                statistics.median(r[3] for r in runs),
+                runs[0][4],
+                statistics.median(ratios),
+                (min(ratios), max(ratios)),
+            )
+        )
+    return out
 
 
 def measure(
@@ -317,9 +363,12 @@ def measure(
     concurrency: int,
     binary: str,
     schedulers: bool | str = False,
+    repeat: int = 1,
+    only: list[str] | None = None,
 ) -> list[Row]:
     """Every row's crawl, printing each as it ends; before each latency's rows,
-    ``memory`` (on no Redis), the reference of those rows."""
+    ``memory`` (on no Redis), the reference of those rows; ``repeat`` rounds of them
+    per latency; ``only``: the rows whose name contains one of these words."""
     site = Site(pages, links)
     base = {"CONCURRENT_REQUESTS": concurrency}
     rows: list[Row] = []
@@ -329,15 +378,19 @@ def measure(
         if crawled != pages:
             raise RuntimeError(f"{name}: crawled {crawled} pages of {pages}")
         rate = crawled / stats["elapsed_time_seconds"]
-        rows.append((name, latency, ping, rate, used))
+        ceiling = (
+            rate if name == "memory" else next(r[3] for r in reversed(rows) if r[0] == "memory")
+        )
+        rows.append((name, latency, ping, rate, used, rate / ceiling))
         print(
-            f"  {name:22s} {latency:4.1f} ms (PING {ping:5.2f} ms) {rate:7.1f} pages/s", flush=True
+            f"  {name:26s} {latency:4.1f} ms (PING {ping:5.2f} ms) {rate:7.1f} pages/s "
+            f"({rate / ceiling:.2f}x memory)",
+            flush=True,
         )
 
     with EmbeddedRedis(binary=binary) as server:
         direct = redis.Redis(port=server.port)
         for latency in latencies:
-            record("memory", latency, 0.0, run_crawl(site.url, base), 0)
             proxy = None
             port, ping = server.port, ping_ms(server.port)
             if latency > 0:
@@ -358,20 +411,28 @@ def measure(
             queued = scheduler_rows(backends, pages) if schedulers else []
             if schedulers == "only":
                 configs = []
-            for name, settings in configs + queued:
-                direct.flushall()
-                direct.config_resetstat()
-                stats = run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
-                used = calls(direct)
-                if (name, settings) in queued:
-                    if latency > 0:  # counted once, at no added latency
-                        used = next(r[4] for r in rows if r[0] == name)
-                    else:
-                        direct.flushall()
-                        with Monitor(server.port) as sent:
-                            run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
-                        used = sent.count
-                record(name, latency, ping, stats, used)
+            chosen = [
+                (name, settings)
+                for name, settings in configs + queued
+                if only is None or any(word in name for word in only)
+            ]
+            for _ in range(repeat):
+                record("memory", latency, 0.0, run_crawl(site.url, base), 0)
+                for name, settings in chosen:
+                    direct.flushall()
+                    direct.config_resetstat()
+                    stats = run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
+                    used = calls(direct)
+                    if (name, settings) in queued:
+                        counted = [r[4] for r in rows if r[0] == name]
+                        if counted:  # counted once, at the first latency's first round
+                            used = counted[0]
+                        else:
+                            direct.flushall()
+                            with Monitor(server.port) as sent:
+                                run_crawl(site.url, {**base, "REDIS_URL": url, **settings})
+                            used = sent.count
+                    record(name, latency, ping, stats, used)
             if proxy is not None:
                 proxy.stop()
         direct.close()

@@ -177,10 +177,25 @@ def test_crawl_bench_counts_the_schedulers_calls(redis_server):
         "bench.crawl", "--pages", "60", "--links", "5", "--latency", "0",
         "--backends", "compact", "--only-schedulers", "--server", redis_server.binary,
     )  # fmt: skip
-    rows = {line[:22].strip(): line.split() for line in out.stdout.splitlines()[-5:]}
+    rows = {line[:26].strip(): line.split() for line in out.stdout.splitlines()[-5:]}
     assert set(rows) == {
-        "memory", "sr scheduler", "sr scheduler, compact", "frontier compact",
+        "memory", "sr scheduler", "sr scheduler, compact b.", "frontier compact",
         "frontier compact b.",
     }, out.stdout  # fmt: skip
     per_page = float(rows["frontier compact b."][-1])
     assert 0.5 < per_page < 3, out.stdout  # about one call a page, everything counted
+
+
+def test_crawl_bench_repeats_rounds_and_keeps_the_rows_asked_for(redis_server):
+    out = run_bench(
+        "bench.crawl", "--pages", "40", "--links", "4", "--latency", "0", "--repeat", "2",
+        "--rows", "b.", "--backends", "compact", "--only-schedulers",
+        "--server", redis_server.binary,
+    )  # fmt: skip
+    crawled = [line.split()[0] for line in out.stdout.splitlines() if "pages/s (" in line]
+    assert crawled.count("memory") == 2, out.stdout  # one reference crawl per round
+    table = out.stdout.split("calls/page\n", 1)[1].splitlines()
+    rows = {line[:26].strip(): line for line in table if line.strip()}
+    assert set(rows) == {"memory", "sr scheduler, compact b.", "frontier compact b."}, out.stdout
+    low, high = rows["frontier compact b."].rsplit("(", 1)[1].rstrip("x)").split("-")
+    assert 0 < float(low) <= float(high), out.stdout  # the range of the two rounds' ratios
