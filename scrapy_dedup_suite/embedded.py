@@ -90,9 +90,15 @@ class EmbeddedRedis:
         port: int = 0,
         binary: str = "",
         extra_args: Sequence[str] = (),
+        cluster_bus: bool = False,
     ) -> None:
         self.binary = binary or server_binary()
+        #: Ports picked here (no ``port`` given) are picked again if another process
+        #: takes one between the pick and the server's bind.
+        self._picks_ports = not port
         self.port = port or free_port()
+        #: ``cluster_bus``: a cluster node, its bus on a port of its own (picked here).
+        self.bus_port = free_port() if cluster_bus else 0
         self.extra_args = list(extra_args)
         self.persistent = data_dir is not None
         self.dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp("-dedup"))
@@ -103,9 +109,25 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> EmbeddedRedis:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tries = 5 if self._picks_ports else 1
+        for left in reversed(range(tries)):
+            if self._started(last=not left):
+                break
+            # Another process took a port this server was to bind (picked free a
+            # moment before): the same server on other ports.
+            self.port = free_port()
+            if self.bus_port:
+                self.bus_port = free_port()
+        self._picks_ports = False  # started again later: on the same ports
+        return self
+
+    def _started(self, last: bool = False) -> bool:
+        """Start the server and wait for it: True once it answers; False if it could not
+        bind its port (unless ``last``); else EmbeddedServerError with its log's tail."""
         import redis
 
-        self.dir.mkdir(parents=True, exist_ok=True)
+        bus = ["--cluster-port", str(self.bus_port)] if self.bus_port else []
         args = [
             self.binary,
             "--port", str(self.port),
@@ -116,20 +138,38 @@ class EmbeddedRedis:
             "--appendonly", "no",
             "--logfile", "server.log",
             *self.extra_args,
+            *bus,
         ]  # fmt: skip
+        log = self.dir / "server.log"
+        logged = log.stat().st_size if log.exists() else 0
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        client = redis.Redis(
+            port=self.port,
+            socket_connect_timeout=0.5,
+            socket_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),  # (this loop is the retry)
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
-                client.ping()
-                return self
+                # (the server that answers on the port must be this one, not another
+                # process's that bound it first)
+                if client.info("server").get("process_id") == self.proc.pid:
+                    return True
+                raise redis.ConnectionError("another process answers on the port")
             except redis.BusyLoadingError:
                 time.sleep(0.05)
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    log = self.dir / "server.log"
-                    tail = log.read_text()[-2000:] if log.exists() else ""
+            except (redis.ConnectionError, redis.TimeoutError):
+                exited = self.proc.poll() is not None
+                if exited or time.monotonic() > deadline:
+                    with open(log, "rb") if log.exists() else open(os.devnull, "rb") as f:
+                        f.seek(logged)
+                        tail = f.read().decode("utf-8", "replace")[-2000:]
+                    if exited and not last and "already in use" in tail:
+                        return False
                     raise EmbeddedServerError(
                         f"{self.binary} did not start on port {self.port}:\n{tail}"
                     ) from None
@@ -186,19 +226,15 @@ class EmbeddedCluster:
         if masters < 1:
             raise ValueError(f"a cluster needs at least one master, got {masters}")
         self.nodes: list[EmbeddedRedis] = []
-        self.bus_ports: list[int] = []
         for _ in range(masters):
-            bus = free_port()
-            self.bus_ports.append(bus)
             args = [
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf",
-                "--cluster-port", str(bus),
                 "--cluster-node-timeout", "5000",
                 "--cluster-require-full-coverage", "yes",
                 *extra_args,
             ]  # fmt: skip
-            self.nodes.append(EmbeddedRedis(binary=binary, extra_args=args))
+            self.nodes.append(EmbeddedRedis(binary=binary, extra_args=args, cluster_bus=True))
 
     @property
     def url(self) -> str:
@@ -215,8 +251,8 @@ class EmbeddedCluster:
             for i, client in enumerate(clients):
                 last = self.SLOTS - 1 if i == len(clients) - 1 else (i + 1) * per - 1
                 client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)
-            for node, bus in zip(self.nodes[1:], self.bus_ports[1:]):
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, bus)
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port, node.bus_port)
             for client in clients:
                 client.close()
             self.wait_ready(timeout)

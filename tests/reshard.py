@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedRedis, free_port
+from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedRedis
 
 from .servers import poll_until
 
@@ -36,19 +36,10 @@ def knows_all(client: redis.Redis, nodes: int) -> bool:
 def add_master(cluster: EmbeddedCluster) -> EmbeddedRedis:
     """Start a node with no slots and introduce it: returns it once every node knows it."""
     first = cluster.nodes[0]
-    bus = free_port()
-    args = [
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", "nodes.conf",
-        "--cluster-port", str(bus),
-        "--cluster-node-timeout", "5000",
-        *first.extra_args[first.extra_args.index("--cluster-require-full-coverage"):],
-    ]  # fmt: skip
-    node = EmbeddedRedis(binary=first.binary, extra_args=args).start()
-    cluster.nodes.append(node)
-    cluster.bus_ports.append(bus)
+    node = EmbeddedRedis(binary=first.binary, extra_args=first.extra_args, cluster_bus=True)
+    cluster.nodes.append(node.start())
     with redis.Redis(port=first.port, decode_responses=True) as c:
-        c.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+        c.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
     clients = [redis.Redis(port=n.port, decode_responses=True) for n in cluster.nodes]
     try:
         poll_until(lambda: all(knows_all(c, len(clients)) for c in clients), timeout=60)

@@ -16,14 +16,17 @@ what backs the documentation's "Which server gives what" (docs/servers.md).
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from scrapy_dedup_suite.backends.native import NoBloomModuleError
+from scrapy_dedup_suite.embedded import EmbeddedRedis, EmbeddedServerError
 
 from .conftest import BACKENDS, NATIVE_ROWS, ROWS
 from .helpers import all_keys, connect, fingerprints
@@ -147,3 +150,31 @@ def test_a_packaged_server_is_copied_once_executable_and_whole(tmp_path, monkeyp
         None,
         f"no fake-server at {tmp_path / 'missing'}",
     )
+
+
+@pytest.mark.parametrize("taken", ["port", "bus_port"])
+def test_an_embedded_server_whose_port_was_taken_starts_on_another(redis_server, taken):
+    """Ports are picked free, then bound by the server: another process (a parallel test
+    worker, say) may bind one in between. A port picked here is picked again; one the
+    caller gave is an error that names it."""
+    server = EmbeddedRedis(
+        binary=redis_server.binary,
+        cluster_bus=taken == "bus_port",
+        extra_args=["--cluster-enabled", "yes"] if taken == "bus_port" else [],
+    )
+    busy = getattr(server, taken)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        with server:
+            assert getattr(server, taken) != busy
+            with redis.Redis(port=server.port) as client:
+                assert client.ping()
+            port = server.port
+            server.stop()
+            server.start()  # started again: on the same port (a cluster node's nodes.conf)
+            assert server.port == port
+        given = EmbeddedRedis(port=busy, binary=redis_server.binary)
+        if taken == "port":
+            with pytest.raises(EmbeddedServerError, match=f"did not start on port {busy}"):
+                given.start()
