@@ -240,6 +240,11 @@ class EmbeddedCluster:
     def url(self) -> str:
         return self.nodes[0].url
 
+    @property
+    def bus_ports(self) -> list[int]:
+        """Each node's cluster bus port (CLUSTER MEET takes it)."""
+        return [node.bus_port for node in self.nodes]
+
     def start(self, timeout: float = 30.0) -> EmbeddedCluster:
         import redis
 
