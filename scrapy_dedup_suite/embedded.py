@@ -111,8 +111,8 @@ class EmbeddedRedis:
     def start(self) -> EmbeddedRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         tries = 5 if self._picks_ports else 1
-        for left in reversed(range(tries)):
-            if self._started(last=not left):
+        for attempt in range(tries):
+            if self._started(last=attempt == tries - 1):
                 break
             # Another process took a port this server was to bind (picked free a
             # moment before): the same server on other ports.
@@ -165,9 +165,8 @@ class EmbeddedRedis:
             except (redis.ConnectionError, redis.TimeoutError):
                 exited = self.proc.poll() is not None
                 if exited or time.monotonic() > deadline:
-                    with open(log, "rb") if log.exists() else open(os.devnull, "rb") as f:
-                        f.seek(logged)
-                        tail = f.read().decode("utf-8", "replace")[-2000:]
+                    ours = log.read_bytes()[logged:] if log.exists() else b""
+                    tail = ours.decode("utf-8", "replace")[-2000:]
                     if exited and not last and "already in use" in tail:
                         return False
                     raise EmbeddedServerError(
