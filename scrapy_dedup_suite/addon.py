@@ -23,16 +23,22 @@ from scrapy.utils.misc import load_object
 
 from . import failed
 from .backends import get_backend_class
+from .crawl_checks import (
+    DUPEFILTER,
+    REPLACED_DUPEFILTERS,
+    check_crawl_settings,
+    check_frontier_settings,
+    path_of,
+)
 from .dupefilter import RFPDupeFilter
 from .failed import FailedPagesMiddleware
 from .janitor import JanitorExtension
 from .middleware import BatchDedupMiddleware
-from .settings_table import read
+from .settings_table import given_settings, read
 from .summary import DedupSummary
 
 logger = logging.getLogger(__name__)
 
-DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
 #: The batch middleware's order: the last spider middleware to see a callback's output
 #: among Scrapy's own, which pass requests on as they are (docs/batch.md).
 MIDDLEWARE_ORDER = 50
@@ -43,23 +49,34 @@ class Addon:
     """``ADDONS = {"scrapy_dedup_suite.Addon": 300}``: see the module's docstring."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        # Every setting of the package the project gave, and the backend's name, checked
+        # whatever follows: a misspelt value stops the crawl now, in one line.
+        check_crawl_settings(settings)
         said: list[str] = []
         kept: list[str] = []
         current = settings.get("DUPEFILTER_CLASS")
-        if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["addon"]:
-            if not _is_subclass(current, RFPDupeFilter):
-                logger.warning(
-                    "scrapy_dedup_suite add-on: DUPEFILTER_CLASS = %r, set by the project, is "
-                    "kept, so this package deduplicates nothing and the add-on sets nothing "
-                    "else; remove DUPEFILTER_CLASS from the settings to use it",
-                    current,
-                )
-                return
-            kept.append(f"DUPEFILTER_CLASS = {current!r}")
+        path = path_of(current)
+        if _is_subclass(current, RFPDupeFilter):
+            kept.append(f"DUPEFILTER_CLASS = {path!r}")
+        elif path in REPLACED_DUPEFILTERS:
+            # Scrapy's default, or scrapy-redis's as its README has projects set it: the
+            # ones this package's dupefilter stands in for (same fingerprints, same set).
+            priority = max(
+                settings.getpriority("DUPEFILTER_CLASS") or 0, SETTINGS_PRIORITIES["addon"]
+            )
+            settings.set("DUPEFILTER_CLASS", DUPEFILTER, priority=priority)
+            said.append(f"DUPEFILTER_CLASS = {DUPEFILTER!r}" + _in_place_of(path, settings))
         else:
-            settings.set("DUPEFILTER_CLASS", DUPEFILTER, priority="addon")
-            said.append(f"DUPEFILTER_CLASS = {DUPEFILTER!r}")
-        # What DEDUP_BACKEND names (checked here: a misspelt name stops the crawl now).
+            ignored = given_settings(settings)
+            logger.warning(
+                "scrapy_dedup_suite add-on: DUPEFILTER_CLASS = %r is the project's own, so it "
+                "is kept, this package deduplicates nothing and the add-on sets nothing else%s; "
+                "remove DUPEFILTER_CLASS from the settings (or set it to %r) to use it",
+                path,
+                f" (ignored: {', '.join(ignored)})" if ignored else "",
+                DUPEFILTER,
+            )
+            return
         capabilities = get_backend_class(read(settings, "DEDUP_BACKEND")).capabilities
         components: list[tuple[str, type, int]] = [
             ("SPIDER_MIDDLEWARES", BatchDedupMiddleware, MIDDLEWARE_ORDER),
@@ -83,6 +100,14 @@ class Addon:
         )
 
 
+def _in_place_of(path: str, settings: BaseSettings) -> str:
+    """ " in place of ..." when the project named the class it replaces (not Scrapy's
+    default)."""
+    if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["addon"]:
+        return f" in place of the project's {path!r}"
+    return ""
+
+
 FRONTIER = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
 #: The schedulers DEDUP_FRONTIER replaces: scrapy-redis's, and Scrapy's own default.
 REPLACED_SCHEDULERS = ("scrapy_redis.scheduler.Scheduler", "scrapy.core.scheduler.Scheduler")
@@ -94,12 +119,13 @@ def _frontier(settings: BaseSettings, said: list[str], kept: list[str]) -> None:
     if not read(settings, "DEDUP_FRONTIER"):
         return
     current = settings.get("SCHEDULER")
-    path = current if isinstance(current, str) else _path_of(current)
+    path = path_of(current)
     if path == FRONTIER:
         kept.append(f"SCHEDULER = {FRONTIER!r}")
     elif path in REPLACED_SCHEDULERS:
         priority = max(settings.getpriority("SCHEDULER") or 0, SETTINGS_PRIORITIES["addon"])
         settings.set("SCHEDULER", FRONTIER, priority=priority)
+        check_frontier_settings(settings)
         said.append(f"SCHEDULER = {FRONTIER!r} in place of {path!r} (DEDUP_FRONTIER)")
     else:
         logger.warning(
@@ -110,10 +136,6 @@ def _frontier(settings: BaseSettings, said: list[str], kept: list[str]) -> None:
             FRONTIER,
         )
         kept.append(f"SCHEDULER = {current!r}")
-
-
-def _path_of(obj: Any) -> str:
-    return f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else repr(obj)
 
 
 _ABSENT: Any = object()

@@ -91,10 +91,11 @@ def check_float(
         raise DedupConfigError(f"{name} must be {allowed}, got {value!r}") from None
     if math.isnan(number) or math.isinf(number):
         raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
-    if (number < low or (low_open and number == low)) or (
-        number > high or (high_open and number == high)
-    ):
+    if number < low or (low_open and number == low):
         raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
+    if number > high or (high_open and number == high):
+        bound = "below" if high_open else "at most"
+        raise DedupConfigError(f"{name} must be {allowed}, {bound} {high:,.10g}, got {value!r}")
     return number
 
 

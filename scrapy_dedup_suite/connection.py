@@ -16,7 +16,7 @@ from typing import Any
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY, ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import InvalidResponse, RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
@@ -207,6 +207,17 @@ def has_command(client: Any, name: str) -> bool:
 #: Failures that mean "the server could not be reached" (refused, timed out, no
 #: cluster node answering, wrong password: AuthenticationError is a ConnectionError).
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, RedisClusterException)
+#: What connecting can fail with besides: a server that does not speak Redis's protocol
+#: (an HTTP port), a database it does not have (SELECT's error while connecting).
+CONNECT_FAILURES = (*UNREACHABLE, InvalidResponse, ResponseError)
+
+
+def is_connect_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, one of CONNECT_FAILURES, is about connecting (an error reply
+    other than SELECT's is a command's own)."""
+    if isinstance(exc, ResponseError) and not isinstance(exc, UNREACHABLE):
+        return str(exc).startswith("DB index")
+    return isinstance(exc, CONNECT_FAILURES)
 
 
 def redis_source(settings: BaseSettings) -> str:
@@ -260,6 +271,18 @@ def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> Red
             "in DEDUP_REDIS_SENTINEL_PARAMS."
         )
     reason = failure_text(exc).rstrip(".")
+    if isinstance(exc, InvalidResponse):
+        return RedisUnreachableError(
+            f"The server at {address(client)} (from {source}) did not answer in Redis's "
+            f"protocol {doing} ({reason}): point {source} at a Redis server's port (use "
+            "rediss:// where the server speaks TLS, redis:// where it does not)."
+        )
+    if isinstance(exc, ResponseError) and "DB index" in reason:
+        return RedisUnreachableError(
+            f"The Redis server at {address(client)} (from {source}) has no such database "
+            f"{doing} ({reason}): set the /db part of {source} to a database the server has "
+            "(0 up to its `databases` setting - 1; 0 to 15 by default)."
+        )
     return RedisUnreachableError(
         f"Cannot reach Redis at {address(client)} (from {source}) {doing}: {reason}. Check "
         f"that the server runs there and that {source} (host, port, db, rediss:// for TLS) "
@@ -381,7 +404,7 @@ def check_reachable(settings: BaseSettings) -> None:
     try:
         client = get_redis(settings, socket_timeout=read(settings, "DEDUP_SOCKET_TIMEOUT"))
         client.ping()
-    except UNREACHABLE as exc:
+    except CONNECT_FAILURES as exc:
         raise unreachable(
             client,
             exc,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
-from . import advice
+from . import advice, error_lines
 from .backends import (  # noqa: F401 - dupefilter_key re-exported
     DedupBackend,
     build_backend,
@@ -188,10 +188,10 @@ class RFPDupeFilter(BaseDupeFilter):
     def _from_settings(
         cls, settings: BaseSettings, spider_name: str | None, crawler: Crawler | None
     ) -> RFPDupeFilter:
-        key = None
-        if spider_name is None:
-            # scrapy-redis's from_settings: a one-time key, "dupefilter:<timestamp>".
-            key = SCRAPY_REDIS_DUPEFILTER_KEY % {"timestamp": int(time.time())}
+        error_lines.install()  # (a refusal from here on is shown as its one line)
+        # scrapy-redis's from_settings (no spider): a one-time key, "dupefilter:<timestamp>".
+        stamp = {"timestamp": int(time.time())}
+        key = None if spider_name is not None else SCRAPY_REDIS_DUPEFILTER_KEY % stamp
         options = DupefilterOptions.from_settings(settings)
         server = get_redis(settings, socket_timeout=options.socket_timeout)
         try:

@@ -45,12 +45,11 @@ from scrapy import Request, signals
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
-from twisted.internet.threads import deferToThreadPool
-from twisted.python.threadpool import ThreadPool
 
-from .backends import check_settings
 from .batch import UNCHECKED, BatchResult
 from .connection import check_reachable
+from .crawl_checks import check_crawl_settings
+from .daemon_threads import DaemonThreads
 from .dupefilter import RFPDupeFilter
 from .exceptions import ClientFailure
 from .options import BatchOptions
@@ -140,7 +139,7 @@ class BatchDedupMiddleware:
         self.size = options.size
         self.threads = options.threads
         self.outage_wait = options.outage_wait
-        self._pool: ThreadPool | None = None
+        self._threads = DaemonThreads("dedup-batch", self.threads, keep=1)
         self._dupefilter: RFPDupeFilter | None = None
         self._looked_up = False
         #: Whether the scheduler is the frontier and this middleware batches for it.
@@ -150,7 +149,7 @@ class BatchDedupMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BatchDedupMiddleware:
-        check_settings(crawler.settings)  # before the engine starts: see check_settings
+        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
         check_reachable(crawler.settings)  # ... and before scrapy-redis's scheduler pings
         return cls(crawler, BatchOptions.from_settings(crawler.settings))
 
@@ -259,7 +258,6 @@ class BatchDedupMiddleware:
         df = self.dupefilter()
         if df is None:
             return Checked(requests)
-        from twisted.internet import reactor  # the one Scrapy installed
 
         batches = df.batches
         batch = batches.prepare(requests)
@@ -267,9 +265,7 @@ class BatchDedupMiddleware:
             if all(batch.known):  # every one known recorded by the local cache: no round trip
                 result = batches.check(batch)
             else:
-                deferred = deferToThreadPool(
-                    reactor, self._threads(), batches.check, batch, patience=self.outage_wait
-                )
+                deferred = self._threads(batches.check, batch, patience=self.outage_wait)
                 result = await maybe_deferred_to_future(deferred)
         except Exception as exc:  # (check handles what Redis and its client raise)
             # Some of its calls may have recorded fingerprints: letting every request
@@ -296,23 +292,14 @@ class BatchDedupMiddleware:
 
     async def _enqueue(self, frontier: Any, requests: Sequence[Request]) -> Checked:
         """The frontier's batch: prepared here, sent in a thread, counted here."""
-        from twisted.internet import reactor  # the one Scrapy installed
 
         incoming = frontier.incoming
         batch = incoming.enqueue_many(requests)
-        deferred = deferToThreadPool(reactor, self._threads(), incoming.send, batch)
+        deferred = self._threads(incoming.send, batch)
         seen = await maybe_deferred_to_future(deferred)
         return Checked(incoming.enqueued_many(batch, seen))
-
-    def _threads(self) -> ThreadPool:
-        if self._pool is None:
-            self._pool = ThreadPool(1, self.threads, name="dedup-batch")
-            self._pool.start()
-        return self._pool
 
     def _spider_closed(self) -> None:
         if self._dupefilter is not None:
             self._dupefilter.batches.report_unclaimed()  # scrapy-redis's scheduler never closes it
-        if self._pool is not None:
-            self._pool.stop()
-            self._pool = None
+        self._threads.stop()

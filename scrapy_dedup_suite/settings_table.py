@@ -443,3 +443,15 @@ def check(name: str, value: Any, label: str = "") -> Any:
     ``label`` names it in the error instead (e.g. ``request.meta['dedup_expire']``)."""
     setting = SETTINGS[name]
     return setting.accepts(label, value) if label else setting.check(value)
+
+
+def given_settings(settings: BaseSettings | dict[str, Any]) -> list[str]:
+    """The package's own settings (not Scrapy's or scrapy-redis's) the project gave."""
+    return [s.name for s in TABLE if not s.owner and settings.get(s.name) is not None]
+
+
+def check_given(settings: BaseSettings | dict[str, Any]) -> None:
+    """Each setting of the table the project gave, checked (the first refused raises)."""
+    for setting in TABLE:
+        if settings.get(setting.name) is not None:
+            setting.read(settings)

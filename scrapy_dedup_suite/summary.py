@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from .backends import build_backend, check_settings
+from .backends import build_backend
 from .config import human_bytes
+from .crawl_checks import check_crawl_settings
 from .reports import FilterFill, FilterInfo
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class DedupSummary:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DedupSummary:
-        check_settings(crawler.settings)  # before the engine starts: see check_settings
+        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
         ext = cls(crawler, crawler.settings.get("DEDUP_SUMMARY_JSON"))
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext

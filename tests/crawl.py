@@ -15,6 +15,7 @@ import warnings
 
 import scrapy
 from scrapy.crawler import CrawlerProcess
+from scrapy.dupefilters import RFPDupeFilter
 
 
 class SiteSpider(scrapy.Spider):
@@ -31,6 +32,10 @@ class SiteSpider(scrapy.Spider):
     def parse(self, response):
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, self.parse)
+
+
+class OwnDupeFilter(RFPDupeFilter):
+    """A project's own dupefilter (Scrapy's, subclassed): the add-on keeps it."""
 
 
 #: What every test crawl runs with (the test's own settings come on top).

@@ -4,6 +4,7 @@ itself wins, and the crawl's log says what the add-on set and what it kept."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -11,13 +12,14 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.addon import Addon
+from scrapy_dedup_suite.crawl_checks import REPLACED_DUPEFILTERS
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.failed import FailedPagesMiddleware
 from scrapy_dedup_suite.janitor import JanitorExtension
 from scrapy_dedup_suite.middleware import BatchDedupMiddleware
 from scrapy_dedup_suite.summary import DedupSummary
 
-from .helpers import run_script
+from .helpers import SCHEDULERS, run_script
 
 ADDON = {"scrapy_dedup_suite.Addon": 300}
 
@@ -73,18 +75,99 @@ def test_what_the_project_set_wins_and_the_log_says_so(tmp_path, site, redis_url
     assert calls >= site.offered()  # every link checked on its own
     assert "kept the project's SPIDER_MIDDLEWARES[BatchDedupMiddleware] = None" in result["log"]
 
-    # A project with a dupefilter of its own keeps it: the add-on sets nothing.
+    # A project with a dupefilter of its own keeps it: the add-on sets nothing, and says
+    # which of the package's settings it gave are therefore ignored.
     own = addon_crawl(
         tmp_path,
         site,
         redis_url,
         "own",
-        DEDUP_BACKEND="bloom",
-        DUPEFILTER_CLASS="scrapy.dupefilters.RFPDupeFilter",
+        DEDUP_BACKEND="compact",
+        DUPEFILTER_CLASS=OWN_DUPEFILTER,
     )
     assert "dedup/added" not in own["stats"]
     assert own["stats"]["downloader/response_count"] == site.pages
-    assert "DUPEFILTER_CLASS = 'scrapy.dupefilters.RFPDupeFilter', set by the project" in own["log"]
+    said = next(line for line in own["log"].splitlines() if "is the project's own" in line)
+    assert f"DUPEFILTER_CLASS = {OWN_DUPEFILTER!r}" in said
+    assert "(ignored: DEDUP_BACKEND)" in said
+
+
+#: A dupefilter class of a project's own (not Scrapy's, not scrapy-redis's).
+OWN_DUPEFILTER = "tests.crawl.OwnDupeFilter"
+
+#: The settings of a project made as scrapy-redis's README says, plus the add-on's
+#: quick start.
+SCRAPY_REDIS_README = {
+    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    "SCHEDULER_PERSIST": True,
+    "DEDUP_BACKEND": "compact",
+    "DEDUP_FRONTIER": True,
+}
+
+
+def project(**settings: Any) -> Settings:
+    """The settings a crawler has once its add-ons ran, for a project that set
+    ``settings`` in its settings.py (no crawl)."""
+    return configured(**settings)
+
+
+@pytest.mark.subprocess
+def test_a_scrapy_redis_project_gets_the_frontier_and_the_backend_it_chose(
+    tmp_path, site, redis_url, server
+):
+    result = addon_crawl(tmp_path, site, redis_url, "sr", **SCRAPY_REDIS_README)
+    stats, log = result["stats"], result["log"]
+    assert stats["dedup/backend"] == "compact"
+    assert stats["frontier/enqueued"] == site.pages  # the frontier's queue, not scrapy-redis's
+    assert "Frontier: 1 shard(s) at" in log
+    assert stats["downloader/response_count"] == site.pages
+    assert (
+        "DUPEFILTER_CLASS = 'scrapy_dedup_suite.dupefilter.RFPDupeFilter' in place of the "
+        "project's 'scrapy_redis.dupefilter.RFPDupeFilter'" in log
+    )
+
+
+@pytest.mark.parametrize("dupefilter", [None, *REPLACED_DUPEFILTERS])
+def test_scrapy_s_and_scrapy_redis_s_dupefilters_are_replaced(dupefilter):
+    settings = project(**({"DUPEFILTER_CLASS": dupefilter} if dupefilter else {}))
+    assert settings["DUPEFILTER_CLASS"] == "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+    assert settings.getdict("SPIDER_MIDDLEWARES").get(BatchDedupMiddleware) == 50
+
+
+@pytest.mark.parametrize("dupefilter", [None, OWN_DUPEFILTER])
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("DEDUP_BACKEND", "compcat", "Unknown DEDUP_BACKEND 'compcat'"),
+        ("DEDUP_FRONTIER", "maybe", "DEDUP_FRONTIER must be True or False, got 'maybe'"),
+        ("FRONTIER_LEASE", "abc", "FRONTIER_LEASE must be a number of seconds > 0"),
+        ("FRONTIER_LEASE", "-5", "FRONTIER_LEASE must be a number of seconds > 0"),
+        ("FRONTIER_LEASE", "0", "FRONTIER_LEASE must be a number of seconds > 0"),
+        ("FRONTIER_LEASE", "60s", "got '60s'"),
+        ("FRONTIER_LEASE", "nan", "got 'nan'"),
+        ("FRONTIER_LEASE", "1e9", "at most 86,400, got '1e9'"),
+        ("FRONTIER_PREFETCH", "-1", "FRONTIER_PREFETCH must be a whole number from 0 to 10000"),
+        ("FRONTIER_PREFETCH", "abc", "FRONTIER_PREFETCH must be a whole number from 0 to 10000"),
+    ],
+)
+def test_every_setting_of_the_package_is_checked_whatever_the_addon_decides(
+    dupefilter, name, value, said
+):
+    given = {name: value, **({"DUPEFILTER_CLASS": dupefilter} if dupefilter else {})}
+    with pytest.raises(DedupConfigError, match=re.escape(said)) as refused:
+        project(**given)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_advice_of_a_refusal_is_accepted():
+    """What the refusal of FRONTIER_LEASE = 1e9 says to do works."""
+    project(FRONTIER_LEASE="86400", DEDUP_FRONTIER=True)
+
+
+def test_the_frontier_with_a_dupefilter_of_the_project_s_own_is_refused_before_the_crawl():
+    with pytest.raises(DedupConfigError, match="The frontier scheduler records and enqueues"):
+        project(SCHEDULER=SCHEDULERS["frontier"], DUPEFILTER_CLASS=OWN_DUPEFILTER)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ import redis
 from scrapy_dedup_suite.embedded import free_port
 
 from .helpers import ROOT, crawl, fingerprints, janitor_hash
+from .servers import Site
 
 SPIDER = """
 import scrapy
@@ -136,8 +138,8 @@ def test_a_bad_setting_ends_the_crawl_with_its_own_error_before_the_engine_start
     tmp_path, dead_url, component, setting, message
 ):
     """With one of the package's components that Scrapy builds before its engine, a
-    setting the dupefilter would refuse ends the crawl there: one traceback, the
-    package's message last, none of the engine's shutdown errors."""
+    setting the dupefilter would refuse ends the crawl there: the package's message as
+    one line, last; no traceback, none of the engine's shutdown errors."""
     (tmp_path / "one.py").write_text(SPIDER)
     kind, path = component
     proc = scrapy_cmd(
@@ -152,10 +154,8 @@ def test_a_bad_setting_ends_the_crawl_with_its_own_error_before_the_engine_start
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert out.count("Traceback") == 1, out
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("scrapy_dedup_suite.exceptions.DedupConfigError: ") and message in last
-    assert "Spider opened" not in out and "Engine slot not assigned" not in out
+    assert_one_line_last(out, message)
+    assert "Spider opened" not in out
 
 
 def test_a_filter_opened_with_another_capacity_says_so_in_the_users_terms(redis_server):
@@ -313,9 +313,9 @@ def test_a_dry_run_says_what_the_sets_size_implies(redis_server):
 def test_an_unreachable_redis_under_scrapy_redis_scheduler_ends_with_the_packages_line(
     tmp_path, dead_url
 ):
-    """With the add-on, a wrong REDIS_URL under scrapy-redis's scheduler: one traceback,
-    the package's message naming the server as the last line (scrapy-redis's own ping,
-    and the engine's 'Engine slot not assigned', never come)."""
+    """With the add-on, a wrong REDIS_URL under scrapy-redis's scheduler: the package's
+    message naming the server as the one last line (scrapy-redis's own ping, and the
+    engine's 'Engine slot not assigned', never come)."""
     (tmp_path / "one.py").write_text(SPIDER)
     proc = scrapy_cmd(
         "runspider", "one.py",
@@ -327,9 +327,104 @@ def test_an_unreachable_redis_under_scrapy_redis_scheduler_ends_with_the_package
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert out.count("Traceback") == 1, out[-3000:]
-    last = out.strip().splitlines()[-1]
     port = dead_url.rsplit(":", 1)[1].split("/")[0]
-    assert last.startswith("scrapy_dedup_suite.exceptions.RedisUnreachableError: Cannot reach")
-    assert f"127.0.0.1:{port}" in last and "REDIS_URL" in last
-    assert "Engine slot not assigned" not in out
+    assert_one_line_last(out, f"Cannot reach Redis at 127.0.0.1:{port} db 0 (from REDIS_URL)")
+
+
+def assert_one_line_last(out: str, message: str) -> None:
+    """The crawl's output ends with the package's error as one line, with no traceback
+    anywhere (asyncio's, Twisted's or the engine's)."""
+    assert "Traceback" not in out and "Engine slot not assigned" not in out, out[-4000:]
+    last = out.strip().splitlines()[-1]
+    assert "[scrapy_dedup_suite] ERROR: " in last and message in last, out[-4000:]
+
+
+def addon_runspider(tmp_path, scheduler: str, settings: list[str]) -> str:
+    """``scrapy runspider`` with the add-on, ``scheduler`` and ``settings`` (NAME=VALUE),
+    expected to fail: its output."""
+    (tmp_path / "one.py").write_text(SPIDER)
+    given = [f"ADDONS={json.dumps({'scrapy_dedup_suite.Addon': 300})}", f"SCHEDULER={scheduler}"]
+    options = [arg for name in [*given, *settings] for arg in ("-s", name)]
+    proc = scrapy_cmd(
+        "runspider", "one.py", *options, "-s", "TELNETCONSOLE_ENABLED=False", cwd=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def http_port() -> Iterator[int]:
+    """A port where an HTTP server, not Redis, answers."""
+    site = Site(pages=1).start()
+    yield site.port
+    site.stop()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://127.0.0.1:{http}/0", "did not answer in Redis's protocol"),
+        ("redis://127.0.0.1:{redis}/99", "has no such database"),
+        ("redsi://127.0.0.1:{redis}/0", "Cannot build a Redis client from REDIS_URL='redsi://"),
+        ("redis://127.0.0.1:{dead}/0", "Cannot reach Redis at 127.0.0.1:{dead} db 0"),
+    ],
+    ids=["http-port", "db-out-of-range", "misspelt-scheme", "refused"],
+)
+@pytest.mark.parametrize("frontier", [False, True], ids=["scrapy-redis", "frontier"])
+def test_every_wrong_redis_url_is_one_line_last(
+    tmp_path, redis_server, http_port, dead_url, url, message, frontier
+):
+    ports = {"http": http_port, "redis": redis_server.port, "dead": dead_url.split(":")[2][:-2]}
+    url, message = url.format(**ports), message.format(**ports)
+    settings = [f"DEDUP_FRONTIER={frontier}", f"REDIS_URL={url}"]
+    out = addon_runspider(tmp_path, "scrapy_redis.scheduler.Scheduler", settings)
+    assert_one_line_last(out, message)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("FRONTIER_LEASE=abc", "FRONTIER_LEASE must be a number of seconds > 0"),
+        ("FRONTIER_LEASE=1e9", "at most 86,400, got '1e9'"),
+        ("FRONTIER_PREFETCH=-1", "FRONTIER_PREFETCH must be a whole number from 0 to 10000"),
+        ("DEDUP_BACKEND=compcat", "Unknown DEDUP_BACKEND 'compcat'"),
+        (
+            "DUPEFILTER_CLASS=tests.crawl.OwnDupeFilter",
+            "The frontier scheduler records and enqueues each request",
+        ),
+    ],
+)
+def test_every_bad_frontier_setting_is_one_line_last(tmp_path, redis_server, setting, message):
+    frontier = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+    out = addon_runspider(tmp_path, frontier, [f"REDIS_URL={redis_server.url}", setting])
+    assert_one_line_last(out, message)
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("migrate-set-to-bloom", ["--spider", "s", "--dry-run"]),
+        ("dedup-janitor", ["--spider", "s", "--once"]),
+        ("dedup-info", ["--spider", "s"]),
+        ("dedup-forget", ["--spider", "s", "http://example.com/"]),
+        ("frontier-handback", ["--spider", "s"]),
+        ("convert-hash-layout", ["--spider", "s"]),
+    ],
+)
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://127.0.0.1:{http}/0", "did not answer in Redis's protocol"),
+        ("redis://127.0.0.1:{redis}/99", "has no such database"),
+    ],
+    ids=["http-port", "db-out-of-range"],
+)
+def test_a_command_given_a_url_that_is_no_redis_of_its_own_says_so_in_one_line(
+    redis_server, http_port, command, args, url, message
+):
+    url = url.format(http=http_port, redis=redis_server.port)
+    proc = scrapy_cmd(command, *args, "-s", f"REDIS_URL={url}", "-s", "DEDUP_BACKEND=hash")
+    assert proc.returncode == 6, proc.stderr[-2000:]
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{command}: ") and message in lines[0] and "REDIS_URL" in lines[0]

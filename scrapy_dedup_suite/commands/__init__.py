@@ -11,7 +11,7 @@ from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 
 from ..backends import DedupBackend, build_backend
-from ..connection import get_redis, redis_source, unreachable
+from ..connection import get_redis, is_connect_failure, redis_source, unreachable
 from ..settings_table import read
 
 
@@ -70,7 +70,10 @@ def say_unreachable(
 ) -> None:
     """A command could not reach Redis: one line on stderr, exit code 6. ``client``:
     None when building the backend failed (the hash backend reads which layout is
-    stored): the settings' client is named (built, not connected)."""
+    stored): the settings' client is named (built, not connected). A failure that is
+    not about connecting (a command's own error reply) is raised again."""
+    if not is_connect_failure(exc):
+        raise exc
     if client is None:
         client = get_redis(settings)
     error = unreachable(client, exc, redis_source(settings), doing)

@@ -17,7 +17,7 @@ from scrapy_redis.connection import get_redis_from_settings
 
 from ..backends.forget import cannot_forget
 from ..backends.keys import as_str, chunks
-from ..connection import UNREACHABLE
+from ..connection import CONNECT_FAILURES
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError, DedupError
 from ..fingerprint import get_fingerprinter
@@ -165,7 +165,7 @@ class Command(ScrapyCommand):
                 said = self._failed(settings, backend, opts.push)
             else:
                 said = self._forget(settings, backend, urls, opts.method.upper())
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             client = backend.server if backend is not None else None
             say_unreachable(self, "dedup-forget", client, exc, settings, "to forget")
             return

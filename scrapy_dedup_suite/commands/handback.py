@@ -11,7 +11,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from ..backends import build_backend
-from ..connection import UNREACHABLE
+from ..connection import CONNECT_FAILURES
 from ..exceptions import DedupError
 from ..frontier.codec import RequestCodec, serializer
 from ..frontier.queue import FrontierQueue
@@ -65,7 +65,7 @@ class Command(ScrapyCommand):
             queue = FrontierQueue.for_backend(backend, target)
             chosen = serializer(read(settings, "SCHEDULER_SERIALIZER"))
             done = hand_back(queue, target, RequestCodec(None, chosen), chosen, opts.dry_run)
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             client = backend.server if backend is not None else None
             say_unreachable(self, "frontier-handback", client, exc, settings, "to hand back")
             return

@@ -14,7 +14,7 @@ from scrapy.settings import Settings
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
 from ..backends.keys import as_str, failed_key, meta_key, read_hash
 from ..config import human_bytes
-from ..connection import UNREACHABLE, get_redis
+from ..connection import CONNECT_FAILURES, get_redis
 from ..exceptions import DedupError
 from ..frontier.queue import FrontierQueue
 from ..reports import as_json
@@ -68,7 +68,7 @@ class Command(ScrapyCommand):
             return
         try:
             found = inspect(settings, opts.spider, server)
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             say_unreachable(self, "dedup-info", server, exc, settings, "for dedup-info")
             return
         except DedupError as exc:

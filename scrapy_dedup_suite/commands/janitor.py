@@ -13,7 +13,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from .. import config
-from ..connection import UNREACHABLE, redis_source, unreachable
+from ..connection import CONNECT_FAILURES, UNREACHABLE, redis_source, unreachable
 from ..exceptions import DedupError
 from ..janitor import Janitor, JanitorReport, make_scheduler
 from ..options import JanitorOptions
@@ -83,7 +83,7 @@ class Command(ScrapyCommand):
                 self._print(report, opts)
                 return
             self._serve(janitor, settings, opts)
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             client = backend.server if backend is not None else None
             say_unreachable(self, "dedup-janitor", client, exc, self.settings, "for the janitor")
         except DedupError as exc:

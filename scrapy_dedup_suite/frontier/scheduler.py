@@ -27,11 +27,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.utils.misc import load_object
-from twisted.internet import task, threads
+from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from ..crawl_checks import REPLACED_DUPEFILTERS, frontier_dupefilter, path_of
+from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
 from ..middleware import engine_slot
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The dupefilters this scheduler replaces by its own (the same set, the same keys).
-REPLACED = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
 #: The most often the idle checks look at the queue in Redis (seconds).
 LOOK_EVERY = 1.0
 
@@ -58,23 +57,15 @@ LOOK_EVERY = 1.0
 def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
     """This package's dupefilter, as DUPEFILTER_CLASS names it (Scrapy's and
     scrapy-redis's are replaced by it: its default backend is scrapy-redis's set)."""
-    path = crawler.settings.get("DUPEFILTER_CLASS")
-    cls = load_object(path) if path else RFPDupeFilter
-    if isinstance(cls, type) and issubclass(cls, RFPDupeFilter):
-        return cls.from_crawler(crawler)
-    if f"{cls.__module__}.{cls.__qualname__}" in REPLACED:
+    given = crawler.settings.get("DUPEFILTER_CLASS")
+    cls = frontier_dupefilter(given)
+    if given and path_of(given) in REPLACED_DUPEFILTERS:
         logger.info(
             "Frontier: DUPEFILTER_CLASS %r replaced by scrapy_dedup_suite's RFPDupeFilter, "
             "which records and enqueues in one call (DEDUP_BACKEND chooses its storage)",
-            path,
+            path_of(given),
         )
-        return RFPDupeFilter.from_crawler(crawler)
-    raise DedupConfigError(
-        f"The frontier scheduler records and enqueues each request in one Redis call, "
-        f"through this package's dupefilter; DUPEFILTER_CLASS is {path!r}: set "
-        'DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter" (DEDUP_BACKEND '
-        "chooses its storage)"
-    )
+    return cls.from_crawler(crawler)
 
 
 class Scheduler(BaseScheduler):
@@ -113,8 +104,10 @@ class Scheduler(BaseScheduler):
         self._seen: dict[Shard, tuple[int, int, float]] = {}
         self._empty_since: float | None = None
         self._renewing: task.LoopingCall | None = None
-        #: Runs a lease call in a thread (once the reactor runs).
-        self.in_thread: Callable[..., Deferred[Any]] = threads.deferToThread
+        #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
+        #: its own, which a forced shutdown does not wait for.
+        self.lease_thread = DaemonThreads("dedup-frontier-lease", 1)
+        self.in_thread: Callable[..., Deferred[Any]] = self.lease_thread
         #: The lease call running in a thread, if any.
         self._ahead: Deferred[Any] | None = None
         self._closed = False
@@ -175,6 +168,7 @@ class Scheduler(BaseScheduler):
     def _close(self, reason: str) -> None:
         if self._renewing is not None and self._renewing.running:
             self._renewing.stop()
+        self.lease_thread.stop()  # (its call has answered: close() waited for it)
         if self.incoming.unpushed:
             self.incoming.push_unpushed(now=True)
         if self.incoming.unpushed:

@@ -19,7 +19,7 @@ from scrapy_dedup_suite.backends import (
 )
 from scrapy_dedup_suite.backends.keys import read_hash
 from scrapy_dedup_suite.commands import say_unreachable, spider_settings
-from scrapy_dedup_suite.connection import UNREACHABLE
+from scrapy_dedup_suite.connection import CONNECT_FAILURES
 from scrapy_dedup_suite.exceptions import DedupError
 from scrapy_dedup_suite.settings_table import read
 
@@ -163,7 +163,7 @@ class Command(ScrapyCommand):
             report = migration.run(resume=opts.resume, delete_source=opts.delete_source)
             bar(report.migrated, report.plan.members, final=True)
             self._out(opts, report.as_dict(), report.summary())
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             client = migration.server if migration is not None else None
             say_unreachable(
                 self, "migrate-set-to-bloom", client, exc, self.settings, "for the migration"

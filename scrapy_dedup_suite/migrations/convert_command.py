@@ -13,7 +13,7 @@ from scrapy.exceptions import UsageError
 
 from scrapy_dedup_suite.backends import dupefilter_key
 from scrapy_dedup_suite.commands import add_target_options, say_unreachable, spider_settings
-from scrapy_dedup_suite.connection import UNREACHABLE, get_redis
+from scrapy_dedup_suite.connection import CONNECT_FAILURES, get_redis
 from scrapy_dedup_suite.exceptions import DedupError
 from scrapy_dedup_suite.options import HashOptions
 
@@ -112,7 +112,7 @@ class Command(ScrapyCommand):
                 return
             report = conversion.run(delete_source=opts.delete_source)
             self._out(opts, report.as_dict(), report.summary())
-        except UNREACHABLE as exc:
+        except CONNECT_FAILURES as exc:
             say_unreachable(self, NAME, server, exc, settings, "for the conversion")
         except MigrationError as exc:
             print(f"{NAME}: {exc}", file=sys.stderr)

@@ -1,0 +1,85 @@
+"""Every setting a crawl gives the package, checked before Scrapy's engine starts.
+
+The add-on, the batch middleware and the extensions call :func:`check_crawl_settings`
+from where Scrapy builds them (before its engine), so that a bad value ends ``scrapy
+crawl`` with its own one-line error rather than from inside the engine's start, where
+Scrapy follows it with its shutdown tracebacks. What is checked: each setting of the
+table the project gave, the backend's name and parameters (no Redis), the dupefilter's
+and, when the scheduler is the frontier, the frontier's settings and the dupefilter
+class it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+from . import error_lines
+from .backends import check_settings as check_backend_settings
+from .dupefilter import RFPDupeFilter
+from .exceptions import DedupConfigError
+from .options import FrontierOptions
+from .settings_table import check_given
+
+#: The dupefilters this package's stands in for (the same fingerprints, and with the
+#: default backend the same set): Scrapy's default and scrapy-redis's.
+REPLACED_DUPEFILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
+DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+
+
+def check_crawl_settings(settings: BaseSettings) -> None:
+    """Raise the DedupConfigError a setting would raise later (see the module); from
+    here on, such an error is shown as its one line (:mod:`.error_lines`)."""
+    error_lines.install()
+    check_given(settings)
+    check_backend_settings(settings)
+    if is_frontier(settings.get("SCHEDULER")):
+        check_frontier_settings(settings)
+
+
+def check_frontier_settings(settings: BaseSettings) -> None:
+    """The frontier's own settings, and the dupefilter class it needs."""
+    FrontierOptions.from_settings(settings)
+    frontier_dupefilter(settings.get("DUPEFILTER_CLASS"))
+
+
+def is_frontier(scheduler: Any) -> bool:
+    """Whether SCHEDULER names the frontier (or a subclass): it records and enqueues."""
+    try:
+        cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
+    except (ImportError, NameError, ValueError, AttributeError):
+        return False  # (Scrapy says what it cannot load)
+    return getattr(cls, "records_and_enqueues", False) is True
+
+
+def path_of(obj: Any) -> str:
+    """A class's dotted path (a string is one already)."""
+    if isinstance(obj, str):
+        return obj
+    return f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else repr(obj)
+
+
+def frontier_dupefilter(given: Any) -> type[RFPDupeFilter]:
+    """The dupefilter class the frontier builds for DUPEFILTER_CLASS ``given``: this
+    package's (or a subclass), also in place of Scrapy's and scrapy-redis's; any other
+    is refused in one line."""
+    if not given:
+        return RFPDupeFilter
+    try:
+        cls = load_object(given) if isinstance(given, str) else given
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise DedupConfigError(
+            f"DUPEFILTER_CLASS {given!r} cannot be loaded ({exc}); set "
+            f'DUPEFILTER_CLASS = "{DUPEFILTER}"'
+        ) from None
+    if isinstance(cls, type) and issubclass(cls, RFPDupeFilter):
+        return cls
+    if path_of(cls) in REPLACED_DUPEFILTERS:
+        return RFPDupeFilter
+    raise DedupConfigError(
+        f"The frontier scheduler records and enqueues each request in one Redis call, "
+        f"through this package's dupefilter; DUPEFILTER_CLASS is {path_of(given)!r}: set "
+        f'DUPEFILTER_CLASS = "{DUPEFILTER}" (DEDUP_BACKEND chooses its storage)'
+    )
