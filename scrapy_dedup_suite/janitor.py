@@ -41,9 +41,10 @@ from redis.exceptions import LockError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from .backends import DedupBackend, admission, build_backend, check_settings
+from .backends import DedupBackend, admission, build_backend
 from .backends.keys import as_str, janitor_lock_key, janitor_state_key, read_hash
 from .backends.purge import OnScan
+from .crawl_checks import check_crawl_settings
 from .options import JanitorOptions
 from .reports import FilterFill
 from .settings_table import check, default
@@ -326,7 +327,7 @@ class JanitorExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
-        check_settings(crawler.settings)  # before the engine starts: see check_settings
+        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
         interval = JanitorOptions.from_settings(crawler.settings).interval
         if interval == 0:
             raise NotConfigured("DEDUP_JANITOR_INTERVAL is 0")
@@ -357,6 +358,12 @@ class JanitorExtension:
             next_run_time=datetime.now(timezone.utc),
         )
         self.scheduler.start()
+        # A forced shutdown (a second Ctrl-C) stops the reactor without spider_closed:
+        # the pass running then stops after its batch rather than hold the process.
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        triggers: Any = reactor  # (IReactorCore's stub takes the phase for self)
+        triggers.addSystemEventTrigger("before", "shutdown", self._stop)
         logger.info(
             "Janitor: a pass every %s s on the %s dupefilter at %r",
             self.interval,
@@ -380,10 +387,15 @@ class JanitorExtension:
         return self.crawler.stats
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
+        self._stop(wait=True)
+
+    def _stop(self, wait: bool = False) -> None:
+        """The running pass stops after its batch; the scheduler shuts down (waiting
+        for that pass, at the spider's close)."""
         if self.janitor is not None:
             self.janitor.stop()
         if self.scheduler is not None and self.scheduler.running:
-            self.scheduler.shutdown(wait=True)
+            self.scheduler.shutdown(wait=wait)
         self.scheduler = None
 
 
