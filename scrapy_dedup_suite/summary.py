@@ -17,6 +17,7 @@ from scrapy import signals
 
 from .backends import build_backend
 from .config import human_bytes
+from .connection import failure_text
 from .crawl_checks import check_crawl_settings
 from .reports import FilterFill, FilterInfo
 
@@ -86,13 +87,16 @@ class DedupSummary:
         return ext
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
-        backend = build_backend(self.crawler.settings, spider.name)
         try:
-            info = backend.info()
-            fills = backend.filter_reports(info) if backend.capabilities.report_fill else []
-            row = summarize(info, fills, self.crawler.stats.get_stats())
-        finally:
-            backend.server.close()
+            row = self._row(spider)
+        except Exception as exc:  # (Redis gone at the close: one line, not a traceback)
+            logger.warning(
+                "Dedup summary skipped: the dupefilter's Redis could not be read at the close "
+                "(%s: %s); the stats lack dedup/redis_memory_bytes",
+                type(exc).__name__,
+                failure_text(exc),
+            )
+            return
         stats = self.crawler.stats
         stats.set_value("dedup/redis_memory_bytes", row["redis_memory_bytes"])
         for name in ("fill_ratio", "estimated_error_rate"):
@@ -102,3 +106,12 @@ class DedupSummary:
         if self.path:
             with open(self.path, "w") as f:
                 json.dump(row, f, indent=1)
+
+    def _row(self, spider: Spider) -> dict[str, Any]:
+        backend = build_backend(self.crawler.settings, spider.name)
+        try:
+            info = backend.info()
+            fills = backend.filter_reports(info) if backend.capabilities.report_fill else []
+            return summarize(info, fills, self.crawler.stats.get_stats())
+        finally:
+            backend.server.close()

@@ -4,6 +4,7 @@ what to check, and a documented exit code, from a crawl and from each command.""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -428,3 +429,23 @@ def test_a_command_given_a_url_that_is_no_redis_of_its_own_says_so_in_one_line(
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"{command}: ") and message in lines[0] and "REDIS_URL" in lines[0]
+
+
+def test_the_summary_with_redis_gone_at_the_close_is_one_line(dead_url, caplog):
+    """Redis gone at the close: the summary says in one WARNING that it was skipped and
+    why; nothing is raised into Scrapy's signal handler (which logged a traceback)."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_dedup_suite.summary import DedupSummary
+
+    class OneSpider(Spider):
+        name = "one"
+
+    crawler = get_crawler(OneSpider, {"REDIS_URL": dead_url, "DEDUP_BACKEND": "compact"})
+    with caplog.at_level(logging.INFO):
+        DedupSummary.from_crawler(crawler).spider_closed(OneSpider(), "finished")
+    said = [r for r in caplog.records if r.name == "scrapy_dedup_suite.summary"]
+    assert len(said) == 1 and said[0].levelname == "WARNING" and said[0].exc_info is None
+    assert "Dedup summary skipped" in said[0].getMessage()
+    assert "Connection refused" in said[0].getMessage() or "Error" in said[0].getMessage()
