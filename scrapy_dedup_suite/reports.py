@@ -287,6 +287,8 @@ class CompactBuckets:
     #: that exists); None where only the sample was read.
     counted_fields: int | None = None
     counted_buckets: int | None = None
+    #: MEMORY USAGE of every bucket that exists; None where only the sample was read.
+    memory: int | None = None
 
     @property
     def estimated_fields(self) -> float:
@@ -302,10 +304,17 @@ class CompactBuckets:
 
     @property
     def estimated_memory(self) -> float:
+        """The buckets' memory: measured, else estimated from the sample."""
+        if self.memory is not None:
+            return float(self.memory)
         return self.sampled_memory * self.buckets / self.sampled if self.sampled else 0.0
 
     @property
     def bytes_per_fingerprint(self) -> float | None:
+        """Bytes a fingerprint costs now: measured over every bucket where they were
+        counted, else over the sample."""
+        if self.memory is not None and self.counted_fields:
+            return self.memory / self.counted_fields
         return self.sampled_memory / self.sampled_fields if self.sampled_fields else None
 
     @property
@@ -333,8 +342,21 @@ class CompactBuckets:
         lines.append(
             f"of {self.sampled:,} sampled buckets, {self.hashtables:,} left the compact "
             "encoding"
-            + (f"; {per:.1f} bytes a fingerprint (MEMORY USAGE)" if per is not None else "")
+            + (f"; {per:.1f} bytes a fingerprint (MEMORY USAGE" if per is not None else "")
+            + (
+                ""
+                if per is None
+                else ", every bucket)"
+                if self.memory is not None
+                else ", sampled)"
+            )
         )
+        if per is not None and self.estimated_fields < self.capacity / 10:
+            lines.append(
+                f"far below its capacity ({self.estimated_fields / self.capacity:.2%} full): "
+                f"{per:.1f} B a fingerprint now, about 13-18 B near capacity, where each "
+                "bucket holds many fingerprints"
+            )
         return lines
 
     def warning(self, key: str, name: str = "compact") -> str | None:

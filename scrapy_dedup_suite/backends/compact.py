@@ -312,18 +312,21 @@ class CompactBackend(DedupBackend):
     def count(self) -> int:
         return self.census()[1]
 
-    def census(self) -> tuple[int, int]:
-        """The buckets that exist and the fingerprints they hold: HLEN of every bucket
-        that may exist (:meth:`bucket_keys`: what exists, at any capacity)."""
-        buckets = fields_ = 0
+    def census(self) -> tuple[int, int, int]:
+        """The buckets that exist, the fingerprints they hold and their memory: HLEN of
+        every bucket that may exist (:meth:`bucket_keys`: what exists, at any capacity),
+        then MEMORY USAGE of each that does (what exists, not what a capacity allows)."""
+        buckets = fields_ = memory = 0
         for keys in self.bucket_keys():
             pipe = self.server.pipeline(transaction=False)
             for key in keys:
                 pipe.hlen(key)
             lengths = [int(n) for n in pipe.execute()]
-            buckets += sum(1 for n in lengths if n)
+            held = [key for key, n in zip(keys, lengths) if n]
+            buckets += len(held)
             fields_ += sum(lengths)
-        return buckets, fields_
+            memory += memory_usage(self.server, held)
+        return buckets, fields_, memory
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -403,15 +406,14 @@ class CompactBackend(DedupBackend):
         return [CompactBuckets(**{f.name: info[f.name] for f in fields(CompactBuckets)})]
 
     def info(self) -> FilterInfo:
-        """As every backend's: the buckets and their fingerprints counted (what exists),
-        their encoding and memory measured on a sample (MEMORY USAGE of every bucket
-        would cost far more)."""
-        buckets, held = self.census()
-        sample = replace(self.sample(), counted_buckets=buckets, counted_fields=held)
-        per = sample.bytes_per_fingerprint
-        buckets_memory = per * held if per else sample.estimated_memory
+        """As every backend's: the buckets that exist counted and measured (their
+        fingerprints, MEMORY USAGE), their encoding read on a sample."""
+        buckets, held, buckets_memory = self.census()
+        sample = replace(
+            self.sample(), counted_buckets=buckets, counted_fields=held, memory=buckets_memory
+        )
         small = [*self.stamp_keys, self.meta_key]
-        memory = memory_usage(self.server, small) + round(buckets_memory)
+        memory = memory_usage(self.server, small) + buckets_memory
         # On a cluster, which master holds how many groups of buckets (their stamps' slots).
         nodes = nodes_of(self.server, self.stamp_keys) if is_cluster(self.server) else None
         details = {
