@@ -561,3 +561,45 @@ def test_ctrl_c_says_how_far_and_resume_counts_true(server, monkeypatch):
     resumed = SetMigration(target2, "src", batch=500, round_size=1000).run(resume=True)
     assert resumed.migrated == len(fps) and resumed.rounds == 0 and resumed.resumed
     assert resumed.verified > 0
+
+
+@pytest.mark.parametrize("kind", ["compact", "bloom"])
+def test_a_rerun_and_a_resume_report_the_same_target_memory_and_this_run_s_rate(server, kind):
+    """The review saw a rerun's "target memory" double (3.9 KiB, then 7.7 KiB) and a
+    resumed run's rate count what was moved before the interruption. The memory after a
+    run is MEMORY USAGE of the target's keys; a rerun's plan counts the members already
+    there once."""
+    from scrapy_dedup_suite.backends import CompactBackend
+
+    fps = fingerprints(6_000, salt="again")
+    fill_set(server, "src", fps)
+
+    def target():
+        if kind == "compact":
+            return CompactBackend(server, "t:again", capacity=10_000, shards=4)
+        return BloomBackend(server, "t:again", BloomParams.from_capacity(20_000, 0.001))
+
+    first = SetMigration(target(), "src", batch=500, round_size=1000).run()
+    assert first.target_memory == sum(
+        int(server.memory_usage(k, samples=0) or 0) for k in all_keys(server) if b"again" in k
+    )
+    again = SetMigration(target(), "src", batch=500, round_size=1000).run()
+    assert again.target_memory == first.target_memory
+    assert again.plan.target_memory == first.plan.target_memory
+    assert again.plan.items_already + again.plan.new_members == pytest.approx(6_000, rel=0.05)
+    assert "(MEMORY USAGE of its keys)" in again.summary()
+
+    # Interrupted after some rounds, then resumed: the rate is of what the resumed run moved.
+    server.delete(*[k for k in all_keys(server) if b"again" in k])
+
+    def die_in_round_three(done: int, total: int) -> None:
+        if done > 2_500:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        SetMigration(target(), "src", batch=500, round_size=1000, progress=die_in_round_three).run()
+    resumed = SetMigration(target(), "src", batch=500, round_size=1000).run(resume=True)
+    assert resumed.migrated == 6_000 and 0 < resumed.moved_before < 6_000
+    assert resumed.rate == pytest.approx((6_000 - resumed.moved_before) / resumed.seconds)
+    assert f"resumed after {resumed.moved_before:,} moved before" in resumed.summary()
+    assert resumed.target_memory == first.target_memory

@@ -151,7 +151,8 @@ class Command(ScrapyCommand):
             migration = self._migration(opts, bar)
             plan = migration.plan()
             if opts.dry_run:
-                self._out(opts, {"dry_run": True, "plan": plan.__dict__}, plan.describe())
+                text = f"target backend {self.chosen}\n{plan.describe()}"
+                self._out(opts, {"dry_run": True, "plan": plan.__dict__}, text)
                 if plan.capacity and plan.items_already + plan.new_members > plan.capacity:
                     print(
                         "warning: the source exceeds the target's capacity; the real run "
@@ -159,7 +160,10 @@ class Command(ScrapyCommand):
                         file=sys.stderr,
                     )
                 return
-            logger.info("migrate-set-to-bloom:\n%s", plan.describe())
+            # The plan, where a person sees it (the output may be JSON): what is written,
+            # where, and a word about sizing when the target is far larger than the set.
+            print(f"migrate-set-to-bloom: target backend {self.chosen}", file=sys.stderr)
+            print(plan.describe(), file=sys.stderr, flush=True)
             report = migration.run(resume=opts.resume, delete_source=opts.delete_source)
             bar(report.migrated, report.plan.members, final=True)
             self._out(opts, report.as_dict(), report.summary())
@@ -186,6 +190,13 @@ class Command(ScrapyCommand):
         configured = read(settings, "DEDUP_BACKEND")
         get_backend_class(configured)  # a misspelt DEDUP_BACKEND is refused, as by the crawl
         to = opts.to or (configured if configured in TARGETS else "bloom")
+        self.chosen = (
+            f"--to {to}"
+            if opts.to
+            else f"{to}: the project's DEDUP_BACKEND (--to names another)"
+            if to == configured
+            else f"{to}: the default of --to (the project's DEDUP_BACKEND is {configured})"
+        )
         settings.set("DEDUP_BACKEND", to, priority="cmdline")
         spider = opts.spider or ""
         source = opts.source or dupefilter_key(settings, "set", spider)

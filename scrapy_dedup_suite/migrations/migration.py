@@ -168,11 +168,12 @@ class SetMigration:
         held = self.target.holding()
         already = held.fingerprints if exists else 0.0
         rate_at = held.rate_at
-        new_members = self._new_members(members) if exists and rate_at is not None else members
+        new_members = self._new_members(members) if exists else members
         per = held.bytes_per_fingerprint
         # Allocated (the server's Bloom filters), or what the target was measured to take a
         # fingerprint (buckets: docs/backends.md), or, where neither is known, the set's.
-        memory = held.memory_bytes or (round(per * (already + members)) if per else source_memory)
+        after = already + new_members  # (a rerun's members are in ``already``: not twice)
+        memory = held.memory_bytes or (round(per * after) if per else source_memory)
         caps = self.target.capabilities
         return self._plan(
             members,
@@ -274,7 +275,7 @@ class SetMigration:
                 if resumed is not LayeredBitsWriter:
                     resumed = self._default_writer()
                 self.writer_class = resumed
-                report.migrated = int(state.get("migrated", 0))
+                report.migrated = report.moved_before = int(state.get("migrated", 0))
                 scanned = state.get("scanned") == "1"
                 report.resumed = cursor != 0 or scanned
             elif state:
@@ -334,6 +335,7 @@ class SetMigration:
         self.server.hset(self.state_key, "scanned", 1)  # a --resume after this verifies only
         report.seconds = time.monotonic() - started
         self._verify(report)
+        report.target_memory = self.target.info().memory_bytes  # (MEMORY USAGE: measured)
         self.server.unlink(self.state_key)
         if delete_source:
             self._delete_migrated(report)

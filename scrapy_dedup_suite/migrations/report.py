@@ -56,7 +56,7 @@ class Plan:
                     f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
                     f"        the server's Bloom filters (BF.*), {self.blocks} block(s), "
                     f"{self.server_filter}, {room} at error rate {self.error_rate}, about "
-                    f"{_mb(self.target_memory)}",
+                    f"{_mb(self.target_memory)} (estimated)",
                     f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                     f"false-positive rate about {self.resulting_error_rate:.3g}",
                     "writes  through the filter's own check-and-add (BF.INSERT), in batches",
@@ -75,7 +75,9 @@ class Plan:
                 [
                     source,
                     f"target  {self.target!r}: {self.backend} filter in {self.blocks} "
-                    f"shard(s){sized}, {existing}, about {_mb(self.target_memory)}",
+                    f"shard(s){sized}, {existing}, about {_mb(self.target_memory)} (estimated at "
+                    "a full bucket's cost a fingerprint; far below its capacity each bucket "
+                    "holds a few and costs about 90 B: the run measures it)",
                     f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                     f"exact; {stays}",
                     "writes  through the filter's own script, in batches",
@@ -87,7 +89,7 @@ class Plan:
                 f"target  {self.target!r}{where}: {self.backend} filter, {existing}",
                 f"        capacity {self.capacity:,} at error rate {self.error_rate}: "
                 f"m = {self.bits:,} bits in {self.blocks} block(s), k = {self.hashes}, "
-                f"{_mb(self.target_memory)}",
+                f"{_mb(self.target_memory)} of bitmaps",
                 f"after   about {self.items_already + self.new_members:,.0f} fingerprints, "
                 f"false-positive rate about {self.resulting_error_rate:.3g}",
                 self._how(),
@@ -137,10 +139,16 @@ class Report:
     source_removed: int = 0
     source_kept: int = 0
     memory_freed: int = 0
+    #: Fingerprints an interrupted run had moved before this one resumed it.
+    moved_before: int = 0
+    #: The target's memory after the run (MEMORY USAGE of its keys); None before.
+    target_memory: int | None = None
 
     @property
     def rate(self) -> float:
-        return self.migrated / self.seconds if self.seconds else 0.0
+        """Fingerprints a second that this run moved (not those moved before a resume)."""
+        moved = self.migrated - self.moved_before
+        return moved / self.seconds if self.seconds else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -158,13 +166,20 @@ class Report:
             )
         return f"kept ({_mb(self.plan.source_memory)}); --delete-source removes it"
 
+    def _target_memory(self) -> str:
+        if self.target_memory is None:
+            return f"about {_mb(self.plan.target_memory)} (estimated)"
+        return f"{_mb(self.target_memory)} (MEMORY USAGE of its keys)"
+
     def summary(self) -> str:
         lines = [
             f"migrated {self.migrated:,} fingerprints from {self.plan.source!r} to "
             f"{self.plan.target!r} in {self.seconds:.1f} s ({self.rate:,.0f}/s, "
-            f"{self.rounds} round(s){', resumed' if self.resumed else ''})",
+            f"{self.rounds} round(s)"
+            + (f", resumed after {self.moved_before:,} moved before" if self.resumed else "")
+            + ")",
             f"verified {self.verified:,} source members ({self.verify_mode}): all found",
-            f"target memory {_mb(self.plan.target_memory)}; source " + self._source_fate(),
+            f"target memory {self._target_memory()}; source " + self._source_fate(),
         ]
         if self.skipped:
             lines.append(
