@@ -103,6 +103,8 @@ class JanitorReport:
         parts += [fill.describe() for fill in self.filters]
         if self.restored_expiry:
             parts.append(f"restored the expiry of {len(self.restored_expiry)} bucket(s)")
+        if len(parts) == len(self.notes):  # (a backend with no expiry and no fill to report)
+            parts.append(f"nothing to do: the {self.backend} backend has no expiry to purge")
         parts.append(f"{self.seconds:.2f} s")
         return head + "; ".join(parts)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -247,6 +248,20 @@ def test_command_runs_as_a_service_until_terminated(redis_settings, server):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "removed 50 expired" in out
+    # Its log is a service's: Scrapy's format with timestamps, at LOG_LEVEL (INFO here).
+    said = next(line for line in err.splitlines() if "Janitor for 'svc:dedup-hash' running" in line)
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[", said), said
+    assert "every 0.3 s" in said
+
+
+def test_a_pass_over_a_backend_with_nothing_to_purge_says_so(server):
+    from scrapy_dedup_suite.backends import CompactBackend
+
+    backend = CompactBackend(server, "t:nothing", capacity=10_000, shards=4)
+    backend.open()
+    backend.add_many(fingerprints(10, salt="nothing"))
+    said = Janitor(backend).run_pass().summary()
+    assert "nothing to do: the compact backend has no expiry to purge" in said
 
 
 def test_growth_warning(server):

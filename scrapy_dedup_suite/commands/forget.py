@@ -192,7 +192,7 @@ class Command(ScrapyCommand):
         unique = len(fps)
         return (
             f"forgot {forgotten} of {unique} page(s) at {backend.key!r} ({backend.name}); "
-            f"{unique - forgotten} were not recorded"
+            f"{unique - forgotten} {'was' if unique - forgotten == 1 else 'were'} not recorded"
         )
 
     def _failed(self, settings: Settings, backend: Any, push: str | None) -> str:

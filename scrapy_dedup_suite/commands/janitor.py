@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.utils.log import configure_logging
 
 from .. import config
 from ..connection import CONNECT_FAILURES, UNREACHABLE, redis_source, unreachable
@@ -99,6 +100,9 @@ class Command(ScrapyCommand):
                 print(f"warning: {warning}", flush=True)
 
     def _serve(self, janitor: Janitor, settings: Any, opts: argparse.Namespace) -> None:
+        # A service's log: Scrapy's format (timestamps) and LOG_LEVEL, as a crawl's (Scrapy
+        # configures logging for the commands that crawl only).
+        configure_logging(settings)
         from apscheduler.triggers.cron import CronTrigger
         from apscheduler.triggers.interval import IntervalTrigger
 

@@ -234,6 +234,8 @@ class Incoming:
         """After :meth:`send`: the requests to pass on (the new ones, already enqueued:
         :meth:`enqueue_request` lets them through without a call); the seen ones are
         logged as filtered, the failed ones kept and tried again."""
+        self._count("dedup/batches")  # (as the dupefilter's batch path counts its own)
+        self._count("dedup/batched", len(batch.requests))
         out = []
         for (request, entry), new in zip(batch.requests, self.account(batch, seen)):
             if new is None:

@@ -152,7 +152,9 @@ class Scheduler(BaseScheduler):
             "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
             len(self.queue.shards),
             self.queue.shards[0].queue,
-            "requests waiting" if waiting else "no request waiting",
+            f"requests waiting at {waiting:,} priority level(s) (dedup-info counts them)"
+            if waiting
+            else "no request waiting",
             held,
         )
 
