@@ -84,10 +84,16 @@ def nodes_of(server: Any, keys: list[str]) -> dict[str, int]:
     return counts
 
 
+def retries_of(retry: Retry) -> int:
+    """How many times ``retry`` re-sends a command (redis-py < 5.1 has no get_retries)."""
+    getter = getattr(retry, "get_retries", None)
+    return int(getter() if getter is not None else retry._retries)
+
+
 def _never_retries(kwargs: dict[str, Any]) -> bool:
     retry = kwargs.get("retry")
     return (
-        (retry is None or retry.get_retries() == 0)
+        (retry is None or retries_of(retry) == 0)
         and not kwargs.get("retry_on_timeout")
         and not kwargs.get("retry_on_error")
     )
@@ -106,7 +112,10 @@ def without_retries(server: Any) -> Any:
         # RedisCluster re-runs a command after ConnectionError/TimeoutError
         # (``retry``); MOVED/ASK/TRYAGAIN redirections, which mean the command
         # did not run, are followed as before.
-        if server.retry.get_retries() != 0:
+        retry = getattr(server, "retry", None)
+        if retry is None:  # redis-py < 5.1: its own count of attempts after the first
+            server.cluster_error_retry_attempts = 0
+        elif retries_of(retry) != 0:
             server.set_retry(Retry(NoBackoff(), 0))
         follow_asks_to_new_masters(server)
         return server
@@ -343,8 +352,8 @@ def _answered(exc: BaseException) -> bool:
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, ResponseError):
-            return True
+        if isinstance(cause, ResponseError) or "Cluster mode is not enabled" in str(cause):
+            return True  # (redis-py < 5.1 says the server's refusal in its own exception)
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return False

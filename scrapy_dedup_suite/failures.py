@@ -98,6 +98,8 @@ _CLASS_CODES: tuple[tuple[type[Exception], str], ...] = (
 )
 
 #: What a server appends to the error of a script: its SHA and line.
+#: What Redis 6.2 puts before a string a script raised (lua/prelude.lua, dedup_fail).
+_SCRIPT_RAISED = re.compile(r"^Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: ")
 _SCRIPT_PLACE = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
 
 
@@ -113,7 +115,7 @@ def script_failure(exc: BaseException) -> ScriptFailure | None:
     """The code and message of ``exc`` if a script of this package failed with it."""
     if not isinstance(exc, ResponseError):
         return None
-    text = str(exc)
+    text = _SCRIPT_RAISED.sub("", str(exc))  # (Redis 6.2's place before the text)
     if text.startswith("ERR "):  # a client that keeps the code in the message
         text = text[4:]
     if not text.startswith("dedup:"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+import scrapy
 
 from scrapy_dedup_suite.backends import BACKENDS as BACKEND_REGISTRY
 from scrapy_dedup_suite.backends import (
@@ -45,6 +46,14 @@ from .servers import (
 )
 
 TOPOLOGIES = ["single", "cluster"]
+
+# Scrapy 2.13 (the lowest version setup.cfg declares, tested by .ci/versions) builds a
+# test crawler only with a reactor installed; later versions without one. The reactor a
+# crawl of Scrapy's default settings installs.
+if scrapy.version_info < (2, 14):
+    from scrapy.utils.reactor import install_reactor
+
+    install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -118,7 +118,8 @@ class CaseSpider(scrapy.Spider):
 
     def close(self) -> None:
         if self.close_by == "stop":
-            deferred_from_coro(self.crawler.stop_async())
+            stop_async = getattr(self.crawler, "stop_async", None)  # (Scrapy >= 2.14)
+            deferred_from_coro(stop_async()) if stop_async else self.crawler.stop()
         else:
             os.kill(os.getpid(), getattr(signal, self.close_by))
 

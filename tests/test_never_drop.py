@@ -22,7 +22,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
 from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.connection import is_cluster
+from scrapy_dedup_suite.connection import is_cluster, retries_of
 from scrapy_dedup_suite.dupefilter import DEFERRED, FAILED, NEW, RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError
 from scrapy_dedup_suite.janitor import Janitor
@@ -232,7 +232,7 @@ def test_redis_retries_are_turned_off_for_the_dupefilter(redis_server, server):
     scrapy_redis_like = redis.Redis.from_url(redis_server.url, retry_on_timeout=True)
     df = RFPDupeFilter(scrapy_redis_like, "t:retries")
     conn = df.server.connection_pool.make_connection()
-    assert conn.retry.get_retries() == 0 and not conn.retry_on_error
+    assert retries_of(conn.retry) == 0 and not conn.retry_on_error
     # The caller's client is left as it was.
     original = scrapy_redis_like.connection_pool.make_connection()
     assert original.retry_on_error

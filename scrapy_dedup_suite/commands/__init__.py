@@ -8,7 +8,7 @@ from typing import Any
 
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
-from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.misc import load_object
 
 from ..backends import DedupBackend, build_backend
 from ..connection import get_redis, is_connect_failure, redis_source, unreachable
@@ -39,7 +39,7 @@ def spider_settings(
     "" for a command that has none)."""
     if not spider or not settings.getlist("SPIDER_MODULES"):
         return settings
-    loader = get_spider_loader(settings)
+    loader = spider_loader(settings)
     try:
         spidercls = loader.load(spider)
     except KeyError:
@@ -79,3 +79,14 @@ def say_unreachable(
     error = unreachable(client, exc, redis_source(settings), doing)
     print(f"{name}: {error}", file=sys.stderr)
     command.exitcode = error.exit_code
+
+
+def spider_loader(settings: Settings) -> Any:
+    """The project's spider loader (Scrapy's ``get_spider_loader``, which Scrapy < 2.14
+    lacks: there, built from SPIDER_LOADER_CLASS as Scrapy built it)."""
+    try:
+        from scrapy.spiderloader import get_spider_loader
+    except ImportError:  # Scrapy 2.13
+        cls = load_object(settings["SPIDER_LOADER_CLASS"])
+        return cls.from_settings(settings.frozencopy())
+    return get_spider_loader(settings)

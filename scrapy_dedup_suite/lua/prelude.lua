@@ -13,8 +13,13 @@ local rcall, tonumber = redis.call, tonumber
 -- hash field that is not an expiry), FULL (a non-scaling filter cannot take the
 -- call's fingerprints), REFUSED (the server's Bloom filter refused one).
 -- A script checks what can fail before its first write, so a failed call wrote nothing.
+-- Redis >= 7 takes an error table (the reply is its text); Redis 6.2's error handler
+-- concatenates what is raised, so there the text is raised as a string (level 0: no
+-- place of ours; Redis puts its own before it, which the client takes off).
 local function dedup_fail(code, message)
-  error({ err = 'ERR dedup:' .. code .. ' ' .. message })
+  local text = 'ERR dedup:' .. code .. ' ' .. message
+  if redis.REDIS_VERSION_NUM then error({ err = text }) end
+  error(text, 0)
 end
 
 -- The server's clock in Unix milliseconds: every worker and the janitor agree on it.
