@@ -17,7 +17,10 @@ release = re.search(
 ).group(1)  # type: ignore[union-attr]
 version = release
 
-extensions = ["myst_parser"]
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
+# The API reference (api.md) imports the package: the docs extra installs it.
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
 source_suffix = {".md": "markdown"}
 myst_heading_anchors = 3
 exclude_patterns = ["_build"]

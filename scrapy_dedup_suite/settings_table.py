@@ -151,7 +151,8 @@ TABLE: tuple[Setting, ...] = (
         Flag(),
         "bloom, and each windowed-bloom bucket: a scalable filter that adds layers past "
         "`DEDUP_BLOOM_CAPACITY` and keeps the false-positive rate at or below "
-        '`DEDUP_BLOOM_ERROR_RATE` (see "Scalable Bloom filters")',
+        "`DEDUP_BLOOM_ERROR_RATE` (see [scalable Bloom filters]"
+        "(backends.md#scalable-bloom-filters-dedup-bloom-scaling))",
     ),
     Setting(
         "DEDUP_BLOOM_EXPANSION",
@@ -213,7 +214,8 @@ TABLE: tuple[Setting, ...] = (
         'cluster down, read-only, a key damaged mid-crawl): `"allow"` lets the request '
         "through at once, each page once (crawled, counted in `dedup/errors`; no request is "
         'lost), `"raise"` retries at once, then stops the crawl (reason `dedup_error`; '
-        'outside a crawl it raises `DedupBackendError`; see "What can go wrong")',
+        "outside a crawl it raises `DedupBackendError`; see [what can go wrong]"
+        "(operations.md#what-can-go-wrong))",
     ),
     Setting(
         "DEDUP_SOCKET_TIMEOUT",
@@ -259,15 +261,16 @@ TABLE: tuple[Setting, ...] = (
         "DEDUP_REDIS_CLUSTER",
         False,
         Flag(),
-        "the URL names a node of a Redis Cluster: use redis-py's `RedisCluster` (see \"Redis "
-        'Cluster")',
+        "the URL names a node of a Redis Cluster: use redis-py's `RedisCluster` (see "
+        "[Redis Cluster](servers.md#redis-cluster))",
     ),
     Setting(
         "DEDUP_REDIS_SENTINELS",
         None,
         Checked("sentinel.SentinelOptions"),
         'Sentinel: the sentinels\' addresses, `["10.0.0.1:26379", ...]`; or `DEDUP_REDIS_URL '
-        '= "redis+sentinel://h1:26379,h2:26379/mymaster/0"` (see "Redis Sentinel")',
+        '= "redis+sentinel://h1:26379,h2:26379/mymaster/0"` (see [Redis Sentinel]'
+        "(servers.md#redis-sentinel))",
     ),
     Setting(
         "DEDUP_REDIS_SENTINEL_SERVICE",

@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_documentation_tables_are_the_table():
     pages = {p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
-    assert sum(text.count("<!-- settings:") for text in pages.values()) == 3
+    # settings.md lists every setting; the frontier's and the janitor's pages repeat theirs.
+    settings_page = pages[ROOT / "docs" / "settings.md"]
+    assert all(f"<!-- settings:{t} -->" in settings_page for t in ("main", "frontier", "janitor"))
+    assert sum(text.count("<!-- settings:") for text in pages.values()) == 5
     for path, text in pages.items():
         assert settings_docs.rewrite(text) == text, (
             f"{path.name}'s settings tables differ from settings_table.py: run python -m "
