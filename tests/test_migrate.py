@@ -602,4 +602,6 @@ def test_a_rerun_and_a_resume_report_the_same_target_memory_and_this_run_s_rate(
     assert resumed.migrated == 6_000 and 0 < resumed.moved_before < 6_000
     assert resumed.rate == pytest.approx((6_000 - resumed.moved_before) / resumed.seconds)
     assert f"resumed after {resumed.moved_before:,} moved before" in resumed.summary()
-    assert resumed.target_memory == first.target_memory
+    # The same fingerprints in a filter built again: the same memory but for the
+    # allocator's rounding (Valkey's differs by a few dozen bytes), never twice.
+    assert resumed.target_memory == pytest.approx(first.target_memory, rel=0.01)
