@@ -258,7 +258,6 @@ class BatchDedupMiddleware:
         df = self.dupefilter()
         if df is None:
             return Checked(requests)
-
         batches = df.batches
         batch = batches.prepare(requests)
         try:
@@ -292,7 +291,6 @@ class BatchDedupMiddleware:
 
     async def _enqueue(self, frontier: Any, requests: Sequence[Request]) -> Checked:
         """The frontier's batch: prepared here, sent in a thread, counted here."""
-
         incoming = frontier.incoming
         batch = incoming.enqueue_many(requests)
         deferred = self._threads(incoming.send, batch)
