@@ -720,3 +720,41 @@ def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_o
     said = str(refused.value)
     assert "'scrapy.dupefilters.BaseDupeFilter'" in said and "\n" not in said
     assert 'DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"' in said
+
+
+@pytest.mark.single_server
+def test_members_that_are_not_the_frontier_s_are_set_aside_and_the_good_ones_leased(
+    server, make_backend, caplog
+):
+    """Data read from Redis is untrusted (issue 51): a member of `:later` or `:aside`
+    without a priority, a lease whose value is garbage, a priority "abc" in the queue.
+    Before, each stopped every lease call (a Lua error on a nil) or was lost; now each
+    goes to the shard's `:bad` list as found, with one ERROR, and the good requests
+    beside them are leased."""
+    backend = make_backend()
+    backend.open()
+    queue = queue_for(server, backend)
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"good-0"), (5, b"good-5")])
+    server.zadd(shard.later, {"garbage-without-a-space": 0, "7 good-later": 0})
+    server.rpush(shard.aside, "also garbage", "3 good-aside")
+    server.hset(shard.leases, "dead:1", "nonsense")
+    server.zadd(shard.expiries, {"dead:1": 0})
+    server.zadd(shard.queue, {"abc": -1_000_000})
+    server.rpush(shard.list_key("abc"), "an entry under no priority")
+    with caplog.at_level("ERROR"):
+        back = queue.unaside(shard)
+        leased = queue.call(shard, 60_000, take=10)
+    assert back == 1
+    entries = sorted(entry for _, _, entry in leased.requests)
+    assert entries == [b"good-0", b"good-5", b"good-aside", b"good-later"]
+    assert sorted(server.lrange(shard.bad, 0, -1)) == sorted(
+        [b"also garbage", b"garbage-without-a-space", b"nonsense", b"priority abc"]
+    )
+    assert server.hlen(shard.leases) == 4 and not server.zscore(shard.expiries, "dead:1")
+    assert server.zcard(shard.later) == 0 and server.llen(shard.aside) == 0
+    assert server.lrange(shard.list_key("abc"), 0, -1) == [b"an entry under no priority"]
+    said = [r.getMessage() for r in caplog.records if "not the frontier's" in r.getMessage()]
+    assert len(said) == 2 and all(shard.bad in line for line in said)
+    # And the next call is an ordinary one.
+    assert queue.call(shard, 60_000, take=10).bad == 0

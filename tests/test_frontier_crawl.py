@@ -185,3 +185,39 @@ def test_a_redis_spider_reads_its_start_urls_from_redis_and_crawls_every_page(
     pages = Counter(result["pages"])
     assert sorted(pages) == list(range(tree.pages)) and max(pages.values()) == 1
     assert not server.exists("fromredis:start_urls")
+
+
+@pytest.mark.single_server
+def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
+    tmp_path, tree, redis_settings, server
+):
+    """Garbage in `:later` and `:aside`, a priority "abc" in the queue and a garbage
+    lease: the crawl opens, sets them aside with one line each call that meets them, and
+    fetches every page, as a crawl over clean keys (issue 51; before, 0 pages and a Lua
+    error at open). A deadline, not a margin: run_script's timeout."""
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.frontier.queue import FrontierQueue
+
+    settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True)
+    backend = build_backend(Settings(settings), "cases")
+    shard = FrontierQueue.for_backend(backend, "cases:requests").shards[0]
+    server.zadd(shard.later, {"garbage": 0})
+    server.rpush(shard.aside, "garbage too")
+    server.zadd(shard.queue, {"abc": -1})
+    server.rpush(shard.list_key("abc"), "x")
+    server.hset(shard.leases, "gone:1", "nonsense")
+    server.zadd(shard.expiries, {"gone:1": 0})
+    result = crawl(tmp_path, tree, settings, "bad")
+    assert sorted(result["pages"]) == list(range(tree.pages))
+    assert max(Counter(result["pages"]).values()) == 1
+    assert server.llen(shard.bad) == 4
+    assert "were not the frontier's" in result["log"]
+    info = subprocess.run(
+        [sys.executable, "-m", "scrapy", "dedup-info", "--spider", "cases",
+         *[f"-s{k}={v}" for k, v in settings.items()]],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert "4 member(s) of the frontier's keys were not the frontier's" in info.stdout, info

@@ -151,6 +151,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
         "oldest_lease_ends_in": min(ends) if ends else None,
         "reclaimed": sum(s.reclaimed for s in shards),
         "set_aside": sum(s.aside for s in shards),
+        "bad": sum(s.bad for s in shards),
         "retry_later": sum(s.later for s in shards),
         "next_retry_in": min(dues) if dues else None,
         "memory_bytes": memory,
@@ -215,6 +216,11 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
             f"  {f['set_aside']:,} request(s) set aside at '...:frontier:aside': no worker "
             "could rebuild them (a callback or class gone?); the next worker's start puts "
             "them back in the queue"
+        )
+    if f["bad"]:
+        lines.append(
+            f"  {f['bad']:,} member(s) of the frontier's keys were not the frontier's and "
+            "are kept at '...:frontier:bad' as found: read them, then delete that key"
         )
     old = f["scrapy_redis_queue"]
     if old["requests"]:

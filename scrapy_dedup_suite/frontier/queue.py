@@ -29,6 +29,7 @@ front of the queue, then leases up to n requests.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from collections.abc import Sequence
@@ -39,6 +40,8 @@ from .. import scripts
 from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
 from ..connection import is_cluster
 from ..exceptions import DedupConfigError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,16 @@ class Shard:
         return f"{self.queue}:later"
 
     @property
+    def bad(self) -> str:
+        """Members of the shard's keys that are not the frontier's, set aside as found."""
+        return f"{self.queue}:bad"
+
+    @property
     def lease_keys(self) -> list[str]:
-        return [self.queue, self.leases, self.expiries, self.counters, self.aside, self.later]
+        return [
+            self.queue, self.leases, self.expiries, self.counters, self.aside, self.later,
+            self.bad,
+        ]  # fmt: skip
 
     @property
     def record_keys(self) -> list[str]:
@@ -92,6 +103,8 @@ class Leased:
     reclaimed: int
     #: The requests leased: (lease id, priority, entry).
     requests: list[tuple[str, int, bytes]] = field(default_factory=list)
+    #: Members of the shard's keys that were not the frontier's, set aside by this call.
+    bad: int = 0
 
 
 @dataclass
@@ -112,6 +125,8 @@ class ShardCounts:
     #: Pages to try again later, and seconds until the first is due (< 0: due).
     later: int = 0
     next_due_in: float | None = None
+    #: Members of its keys that were not the frontier's, set aside as found.
+    bad: int = 0
 
 
 class FrontierQueue:
@@ -190,19 +205,35 @@ class FrontierQueue:
             args += [len(items), *items]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
         requests = []
-        for i in range(3, len(answer), 2):
-            n = (i - 3) // 2
+        for i in range(4, len(answer), 2):
+            n = (i - 4) // 2
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
-        return Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests)
+        leased = Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests, int(answer[3]))
+        if leased.bad:
+            self.said_bad(shard, leased.bad)
+        return leased
+
+    def said_bad(self, shard: Shard, count: int) -> None:
+        logger.error(
+            "Frontier: %d member(s) of %r's keys were not the frontier's (another client's, "
+            "an older version's or a mistake's): set aside in %r as found, the crawl goes on "
+            "without them",
+            count,
+            shard.queue,
+            shard.bad,
+        )
 
     def unaside(self, shard: Shard) -> int:
         """Give the requests set aside in ``shard`` another try (to the front of the
         queue, 1,000 per call): how many."""
         back = 0
         while True:
-            moved = int(scripts.FRONTIER_UNASIDE(self.server, [shard.queue, shard.aside], [1000]))
-            back += moved
-            if moved < 1000:
+            keys = [shard.queue, shard.aside, shard.bad]
+            read, bad = (int(n) for n in scripts.FRONTIER_UNASIDE(self.server, keys, [1000]))
+            back += read - bad
+            if bad:
+                self.said_bad(shard, bad)
+            if read < 1000:
                 return back
 
     def unlater(self, shard: Shard) -> int:
@@ -225,6 +256,7 @@ class FrontierQueue:
             priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
         keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
         keys += [shard.leases, shard.expiries, shard.counters, shard.aside, shard.later]
+        keys.append(shard.bad)
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
@@ -240,6 +272,7 @@ class FrontierQueue:
                 (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
                 (shard.aside, "list", "requests set aside"),
                 (shard.later, "zset", "pages to try again later"),
+                (shard.bad, "list", "members set aside as bad"),
             ]  # fmt: skip
         else:
             kinds = [(shard.list_key(p), "list", f"requests at priority {p}") for p in priorities]
@@ -274,7 +307,7 @@ class FrontierQueue:
         later, due_in = self.later(shard)
         return ShardCounts(
             shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside, later,
-            due_in,
+            due_in, int(server.llen(shard.bad)),
         )  # fmt: skip
 
     def later(self, shard: Shard) -> tuple[int, float | None]:

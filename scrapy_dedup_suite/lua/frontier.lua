@@ -11,6 +11,23 @@
 -- and entry, then the lease ids it acknowledges, how many, and how many of ARGV were
 -- the add script's.
 
+-- A member read back from the frontier's keys, "priority entry": the priority (a whole
+-- number) and the entry, or nil for anything else (another client's, an older
+-- version's, a mistake's): the caller sets it aside in the shard's list of bad members
+-- rather than fail on it, loop on it or lose the good ones beside it.
+local function frontier_priority(text)
+  if string.match(text, '^%-?%d+$') and #text <= 16 then return text end
+  return nil
+end
+
+local function frontier_parse(line)
+  local space = string.find(line, ' ', 1, true)
+  if not space then return nil end
+  local priority = frontier_priority(string.sub(line, 1, space - 1))
+  if not priority then return nil end
+  return priority, string.sub(line, space + 1)
+end
+
 local function frontier_list(queue, priority)
   return queue .. ':' .. priority
 end

@@ -7,7 +7,9 @@
 -- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed),
 -- KEYS[5]: the requests set aside (a list of "priority entry": a worker could not
 -- decode them), KEYS[6]: the pages to try again later (a sorted set: "priority entry"
--- -> the server's time in ms when it is due).
+-- -> the server's time in ms when it is due), KEYS[7]: members of these keys that are
+-- not the frontier's (a list, each as it was found; a priority of the queue that is
+-- not a whole number as "priority <member>").
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
 -- ARGV[4]: the number of its first new lease; then five lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
@@ -16,10 +18,11 @@
 -- and per page whose download failed for good, four items: its lease id, the delay in
 -- ms, its priority and its entry to try again (its lease ends: it waits in KEYS[6]).
 -- The pages due go back to the front of the queue before requests are leased.
--- Returns {priorities waiting, leases held, reclaimed by this call, then per request
--- leased: its priority and entry}; the i-th leased has id prefix .. (ARGV[4] + i - 1).
+-- Returns {priorities waiting, leases held, reclaimed by this call, bad members set
+-- aside by this call, then per request leased: its priority and entry}; the i-th leased
+-- has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local later = KEYS[6]
+local later, bad = KEYS[6], KEYS[7]
 local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local prefix, first = ARGV[3], tonumber(ARGV[4])
 dedup_check_type(leases, 'hash', 'the frontier leases')
@@ -27,6 +30,12 @@ dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
 dedup_check_type(counters, 'hash', 'the frontier counters')
 dedup_check_type(aside, 'list', 'the frontier requests set aside')
 dedup_check_type(later, 'zset', 'the frontier pages to try again later')
+dedup_check_type(bad, 'list', 'the frontier members set aside as bad')
+local bads = 0
+local function set_bad(member)
+  rcall('RPUSH', bad, member)
+  bads = bads + 1
+end
 local lists, at = {}, 5
 for l = 1, 5 do
   local len = tonumber(ARGV[at])
@@ -61,10 +70,14 @@ local function give_back(ids)
   for _, id in ipairs(ids) do
     local held = rcall('HGET', leases, id)
     if held then
-      local space = string.find(held, ' ', 1, true)
-      local priority = string.sub(held, 1, space - 1)
-      back[#back + 1] = { id, priority, string.sub(held, space + 1) }
-      priorities[priority] = true
+      local priority, entry = frontier_parse(held)
+      if priority then
+        back[#back + 1] = { id, priority, entry }
+        priorities[priority] = true
+      else
+        set_bad(held)
+        frontier_ack(leases, expiries, { id })
+      end
     end
   end
 end
@@ -72,11 +85,16 @@ give_back(lists[3])
 local released = #back
 give_back(expired)
 local due = rcall('ZRANGEBYSCORE', later, '-inf', now, 'LIMIT', 0, 100)
+local due_back = 0
 for _, held in ipairs(due) do
-  local space = string.find(held, ' ', 1, true)
-  local priority = string.sub(held, 1, space - 1)
-  back[#back + 1] = { false, priority, string.sub(held, space + 1) }
-  priorities[priority] = true
+  local priority, entry = frontier_parse(held)
+  if priority then
+    due_back = due_back + 1
+    back[#back + 1] = { false, priority, entry }
+    priorities[priority] = true
+  else
+    set_bad(held) -- (removed from KEYS[6] with the others below)
+  end
 end
 frontier_check(queue, priorities)
 for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their order)
@@ -88,12 +106,18 @@ for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their orde
   end
 end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
-local reclaimed = #back - released - #due
+local reclaimed = #back - released - due_back
 if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
-local out = { 0, 0, reclaimed }
+local out = { 0, 0, reclaimed, 0 }
 local taken = 0
 while taken < n do
   local top = rcall('ZRANGE', queue, 0, 0)[1]
+  if not top then break end
+  while top and not frontier_priority(top) do -- (its list is left where it is)
+    rcall('ZREM', queue, top)
+    set_bad('priority ' .. top)
+    top = rcall('ZRANGE', queue, 0, 0)[1]
+  end
   if not top then break end
   local list = frontier_list(queue, top)
   dedup_check_type(list, 'list', 'the frontier list')
@@ -110,4 +134,5 @@ while taken < n do
 end
 out[1] = rcall('ZCARD', queue)
 out[2] = rcall('HLEN', leases)
+out[4] = bads
 return out
