@@ -92,7 +92,7 @@ class CaseSpider(scrapy.Spider):
         self.downloaded.append(page)
         self.note(f"p {page}")
         if self.close_by and len(self.downloaded) == self.close_at:
-            self.close()
+            self.close_now()
         if self.stop_redis and page == 0:
             # Redis goes away for good before the first page's links are checked.
             with contextlib.suppress(redis.ConnectionError):
@@ -116,7 +116,7 @@ class CaseSpider(scrapy.Spider):
         if self.pages_fd >= 0:
             os.write(self.pages_fd, f"{line}\n".encode())
 
-    def close(self) -> None:
+    def close_now(self) -> None:
         if self.close_by == "stop":
             stop_async = getattr(self.crawler, "stop_async", None)  # (Scrapy >= 2.14)
             deferred_from_coro(stop_async()) if stop_async else self.crawler.stop()
