@@ -11,7 +11,8 @@ class it needs.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
@@ -22,6 +23,11 @@ from .dupefilter import RFPDupeFilter
 from .exceptions import DedupConfigError
 from .options import FrontierOptions
 from .settings_table import check_given
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
 
 #: The dupefilters this package's stands in for (the same fingerprints, and with the
 #: default backend the same set): Scrapy's default and scrapy-redis's.
@@ -83,3 +89,17 @@ def frontier_dupefilter(given: Any) -> type[RFPDupeFilter]:
         f"through this package's dupefilter; DUPEFILTER_CLASS is {path_of(given)!r}: set "
         f'DUPEFILTER_CLASS = "{DUPEFILTER}" (DEDUP_BACKEND chooses its storage)'
     )
+
+
+def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
+    """This package's dupefilter, as DUPEFILTER_CLASS names it (Scrapy's and
+    scrapy-redis's are replaced by it: its default backend is scrapy-redis's set)."""
+    given = crawler.settings.get("DUPEFILTER_CLASS")
+    cls = frontier_dupefilter(given)
+    if given and path_of(given) in REPLACED_DUPEFILTERS:
+        logger.info(
+            "Frontier: DUPEFILTER_CLASS %r replaced by scrapy_dedup_suite's RFPDupeFilter, "
+            "which records and enqueues in one call (DEDUP_BACKEND chooses its storage)",
+            path_of(given),
+        )
+    return cls.from_crawler(crawler)

@@ -703,9 +703,9 @@ def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_o
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
+    from scrapy_dedup_suite.crawl_checks import dupefilter_for
     from scrapy_dedup_suite.dupefilter import RFPDupeFilter
     from scrapy_dedup_suite.exceptions import DedupConfigError
-    from scrapy_dedup_suite.frontier.scheduler import dupefilter_for
 
     class SiteSpider(Spider):
         name = "site"

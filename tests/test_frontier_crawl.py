@@ -221,3 +221,34 @@ def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert "4 member(s) of the frontier's keys were not the frontier's" in info.stdout, info
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("where", ["lease", "record"])
+def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
+    tmp_path, tree, redis_settings, server, where
+):
+    """A priority's list holding a string: every call to its shard fails the same way.
+    Before, the worker retried each second for ever, saying it had work pending; now it
+    says which key, once, and closes (reason frontier_key_refused), the key untouched.
+    ``lease``: a priority above the start request's (met by the lease call); ``record``:
+    the start request's own priority (met by the call that records and enqueues it)."""
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.frontier.queue import FrontierQueue
+
+    settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True)
+    backend = build_backend(Settings(settings), "cases")
+    shard = FrontierQueue.for_backend(backend, "cases:requests").shards[0]
+    priority = 5 if where == "lease" else 0
+    server.zadd(shard.queue, {str(priority): -priority})
+    server.set(shard.list_key(priority), "not a list")
+    args = {"site": tree.url, "start": [0], "settings": settings}
+    # A deadline, not a margin: before, the crawl never ended.
+    result = run_script("tests.crawl_cases", args, tmp_path / "refused.json", timeout=90)
+    assert result["stats"]["finish_reason"] == "frontier_key_refused"
+    said = [line for line in result["log"].splitlines() if "this worker stops" in line]
+    assert len(said) == 1 and shard.list_key(priority) in said[0], result["log"][-3000:]
+    assert "Traceback" not in result["log"]
+    assert server.get(shard.list_key(priority)) == b"not a list"

@@ -17,6 +17,7 @@ from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue
 from .record import Acks, keep_acks, record_and_enqueue
+from .refusals import wrong_type
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -100,6 +101,8 @@ class Incoming:
         #: When the kept requests are tried again (after a failed call).
         self.retry_at = -float("inf")
         self.quiet = Quiet(self.clock)
+        #: Told of a call refused because a key holds another type (:mod:`.refusals`).
+        self.on_refused: Callable[[BaseException, str], None] | None = None
 
     def _encode(self, request: Request) -> bytes | None:
         try:
@@ -253,6 +256,9 @@ class Incoming:
     def _failed(self, error: Exception) -> None:
         self._count("frontier/failed_calls")
         self.retry_at = self.clock() + RETRY_EVERY
+        if self.on_refused is not None and wrong_type(error) is not None:
+            self.on_refused(error, "record and enqueue requests")  # (the worker stops)
+            return
         self.quiet.warn(
             "The frontier could not record and enqueue requests (kept, tried again each "
             "second; nothing is acknowledged meanwhile): %s",

@@ -31,7 +31,7 @@ from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from ..crawl_checks import REPLACED_DUPEFILTERS, frontier_dupefilter, path_of
+from ..crawl_checks import dupefilter_for
 from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
@@ -42,6 +42,7 @@ from .incoming import Incoming
 from .later import RetryLater
 from .queue import FrontierQueue, Shard
 from .record import keep_acks, load_scripts
+from .refusals import Refusals
 from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
@@ -52,20 +53,6 @@ logger = logging.getLogger(__name__)
 
 #: The most often the idle checks look at the queue in Redis (seconds).
 LOOK_EVERY = 1.0
-
-
-def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
-    """This package's dupefilter, as DUPEFILTER_CLASS names it (Scrapy's and
-    scrapy-redis's are replaced by it: its default backend is scrapy-redis's set)."""
-    given = crawler.settings.get("DUPEFILTER_CLASS")
-    cls = frontier_dupefilter(given)
-    if given and path_of(given) in REPLACED_DUPEFILTERS:
-        logger.info(
-            "Frontier: DUPEFILTER_CLASS %r replaced by scrapy_dedup_suite's RFPDupeFilter, "
-            "which records and enqueues in one call (DEDUP_BACKEND chooses its storage)",
-            path_of(given),
-        )
-    return cls.from_crawler(crawler)
 
 
 class Scheduler(BaseScheduler):
@@ -98,6 +85,8 @@ class Scheduler(BaseScheduler):
         self.later = RetryLater(self.codec, options.retry_times, options.retry_delay, self._count)
         #: The way in: requests recorded and enqueued, and those to send again.
         self.incoming = Incoming(df, self.codec, self._count, self._forget_shards, self._acks)
+        self.refusals = Refusals(crawler, self.incoming.quiet)
+        self.incoming.on_refused = self.refusals.failed
         self._next_shard = 0
         #: Per shard, what its last call said: priorities waiting, leases other workers
         #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.
@@ -277,7 +266,7 @@ class Scheduler(BaseScheduler):
             try:
                 leased = self._call(shard, self.options.prefetch)
             except Exception as exc:  # Redis away: nothing taken; the engine asks again
-                self.incoming.quiet.warn("The frontier could not lease requests: %s", exc)
+                self.refusals.failed(exc, "lease requests")
                 return
             if self._took(shard, leased):
                 return
@@ -306,7 +295,7 @@ class Scheduler(BaseScheduler):
         def failed(failure: Failure) -> None:
             self._ahead = None
             self._keep(shard, acks, later)
-            self.incoming.quiet.warn("The frontier could not lease requests: %s", failure.value)
+            self.refusals.failed(failure.value, "lease requests")
             self._wake_engine()
 
         take = self.options.prefetch
@@ -413,7 +402,7 @@ class Scheduler(BaseScheduler):
             try:
                 self._call(shard, 0, renew=held.get(shard, ()))
             except Exception as exc:  # (_call kept the acknowledgements for the next)
-                self.incoming.quiet.warn("The frontier could not renew its leases: %s", exc)
+                self.refusals.failed(exc, "renew its leases")
 
     # -- idle --------------------------------------------------------------------------
 
@@ -421,13 +410,15 @@ class Scheduler(BaseScheduler):
         """Requests here, or in Redis, or leased by another worker (whose pages may
         yield more); from what the shards' last calls said, each looked at again when
         that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
+        if self.refusals.stopping:
+            return False  # (a key refused: the spider is closing)
         if self._taken or self.incoming.unpushed or self._ahead is not None:
             return True
         try:
             waiting, held = self._look()
         except Exception as exc:  # Redis away: say pending, and look again later
-            self.incoming.quiet.warn("The frontier could not look at the queue: %s", exc)
-            return True
+            self.refusals.failed(exc, "look at the queue")
+            return not self.refusals.stopping
         now = self.clock()
         if waiting or held:
             self._empty_since = None
