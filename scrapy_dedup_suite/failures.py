@@ -98,9 +98,9 @@ _CLASS_CODES: tuple[tuple[type[Exception], str], ...] = (
 )
 
 #: What a server appends to the error of a script: its SHA and line.
+_SCRIPT_PLACE = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
 #: What Redis 6.2 puts before a string a script raised (lua/prelude.lua, dedup_fail).
 _SCRIPT_RAISED = re.compile(r"^Error running script \(call to f_[0-9a-f]+\): @user_script:\d+: ")
-_SCRIPT_PLACE = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
 
 
 @dataclass(frozen=True)
