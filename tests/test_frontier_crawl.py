@@ -144,13 +144,9 @@ def test_a_killed_worker_loses_no_page_while_another_crawls_on(
     assert stats["frontier/reclaimed"] >= 1  # the page the victim died on, at least
 
 
-@pytest.mark.single_server
-@pytest.mark.parametrize("queue_class", ["PriorityQueue", "FifoQueue"])
-def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
-    tmp_path, tree, redis_settings, server, queue_class
-):
-    """scrapy-redis's scheduler crawls part of the site and stops (SCHEDULER_PERSIST);
-    the frontier takes over its queue and its fingerprint set: every page once."""
+def persisted_by_scrapy_redis(tmp_path, tree: Site, redis_settings: dict, queue_class: str) -> dict:
+    """A crawl of scrapy-redis's scheduler stopped after 40 pages (SCHEDULER_PERSIST):
+    its result; its queue and fingerprints stay in Redis."""
     old = settings_for(
         redis_settings,
         "set",
@@ -158,10 +154,18 @@ def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
         SCHEDULER_PERSIST=True,
         SCHEDULER_QUEUE_CLASS=f"scrapy_redis.queue.{queue_class}",
     )
-    args = {"site": tree.url, "start": [0], "settings": old}
-    first = run_script(
-        "tests.crawl_cases", {**args, "close_by": "stop", "close_at": 40}, tmp_path / "a.json"
-    )
+    args = {"site": tree.url, "start": [0], "settings": old, "close_by": "stop", "close_at": 40}
+    return run_script("tests.crawl_cases", args, tmp_path / "a.json")
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("queue_class", ["PriorityQueue", "FifoQueue"])
+def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
+    tmp_path, tree, redis_settings, server, queue_class
+):
+    """scrapy-redis's scheduler crawls part of the site and stops (SCHEDULER_PERSIST);
+    the frontier takes over its queue and its fingerprint set: every page once."""
+    first = persisted_by_scrapy_redis(tmp_path, tree, redis_settings, queue_class)
     assert server.exists("cases:requests")
     second = crawl(tmp_path, tree, frontier(redis_settings, "set"), "b")
     assert second["stats"]["frontier/taken_over"] > 0
@@ -252,3 +256,39 @@ def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     assert len(said) == 1 and shard.list_key(priority) in said[0], result["log"][-3000:]
     assert "Traceback" not in result["log"]
     assert server.get(shard.list_key(priority)) == b"not a list"
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("queue_class", ["PriorityQueue", "FifoQueue"])
+def test_a_takeover_sets_aside_a_request_the_spider_cannot_rebuild_and_moves_the_rest(
+    tmp_path, tree, redis_settings, server, queue_class
+):
+    """One request of scrapy-redis's persisted queue names a callback the spider no
+    longer has. Before, the open failed and 0 of the others were fetched (issue 51); now
+    it goes to the frontier's `:bad` list as it was, with one ERROR, and every page is
+    fetched once, as in the takeover of a clean queue."""
+    import pickle
+
+    first = persisted_by_scrapy_redis(tmp_path, tree, redis_settings, queue_class)
+    kind = server.type("cases:requests")
+    one = (
+        server.zrange("cases:requests", 0, 0)[0]
+        if kind == b"zset"
+        else server.lindex("cases:requests", 0)
+    )
+    stale = pickle.loads(one)
+    stale.update(url=f"{tree.url}/page/9999", callback="a_callback_long_gone")
+    member = pickle.dumps(stale, protocol=-1)
+    if kind == b"zset":
+        server.zadd("cases:requests", {member: 0})
+    else:
+        server.rpush("cases:requests", member)
+    second = crawl(tmp_path, tree, frontier(redis_settings, "set"), "b")
+    pages = Counter(first["pages"] + second["pages"])
+    assert sorted(pages) == list(range(tree.pages))
+    assert max(pages.values()) == 1
+    said = [line for line in second["log"].splitlines() if "cannot be rebuilt" in line]
+    assert len(said) == 1 and "1 request(s)" in said[0]
+    bad = [key for key in server.scan_iter(match="*:frontier:bad")]
+    assert len(bad) == 1 and server.lrange(bad[0], 0, -1) == [member]
+    assert not server.exists("cases:requests")

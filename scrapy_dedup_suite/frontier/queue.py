@@ -324,10 +324,11 @@ class FrontierQueue:
         return float(first[0][1]) / 1000 - (int(seconds) + int(micros) / 1e6)
 
     def clear(self) -> int:
-        """Delete every request waiting or leased, and the counters: how many keys."""
+        """Delete every request waiting or leased, and the counters: how many keys. The
+        members set aside as bad stay (they are not the frontier's: for a person to read)."""
         deleted = 0
         for shard in self.shards:
-            keys = self.keys_of(shard)  # (one shard's keys share a slot)
+            keys = [key for key in self.keys_of(shard) if key != shard.bad]  # (one slot)
             if keys:
                 deleted += int(self.server.delete(*keys))
         return deleted

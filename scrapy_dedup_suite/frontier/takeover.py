@@ -54,7 +54,7 @@ def take_over(
     if kind == "none":
         return 0
     old = serializer or PickleSerializer()
-    moved = turn = 0
+    moved = turn = aside = 0
     while True:
         if kind == "zset":  # the highest priority first, as scrapy-redis pops
             members = server.zrange(source, 0, chunk - 1)
@@ -63,11 +63,24 @@ def take_over(
         if not members:
             break
         args: list[Any] = []
+        stale: list[bytes] = []
+        refusal: DedupConfigError | None = None
         for member in members:
-            request = _read(old, member, codec, source)
+            try:
+                request = _read(old, member, codec, source)
+            except DedupConfigError as exc:  # (its callback gone, a class changed...)
+                stale.append(member)
+                refusal = refusal or exc
+                continue
             args += [member, request.priority, codec.encode(request, priority_apart=True)]
         shard = queue.shards[turn % len(queue.shards)]
         turn += 1
+        if stale:
+            if not args and not moved and refusal is not None:
+                raise refusal  # none of the queue can be read: its serializer, not a request
+            aside += _set_aside(server, kind, source, stale, shard.bad)
+            if not args:
+                continue
         if queue.cluster:
             queue.push(shard, [(args[i + 1], args[i + 2]) for i in range(0, len(args), 3)])
             remove = server.zrem if kind == "zset" else _lrem(server)
@@ -77,7 +90,24 @@ def take_over(
             moved += int(scripts.FRONTIER_TAKEOVER(server, [source, shard.queue], args))
     if moved:
         logger.info("Took over %d request(s) of scrapy-redis's queue %r", moved, source)
+    if aside:
+        logger.error(
+            "%d request(s) of scrapy-redis's queue %r cannot be rebuilt by this spider (a "
+            "callback or class gone?): set aside as they were in the frontier's '...:bad' "
+            "list, the others taken over",
+            aside,
+            source,
+        )
     return moved
+
+
+def _set_aside(server: Any, kind: str, source: str, members: list[bytes], bad: str) -> int:
+    """Move ``members`` of the old queue to the list ``bad`` as they are (kept before
+    they leave: a kill in between keeps them twice, never loses one)."""
+    server.rpush(bad, *members)
+    remove = server.zrem if kind == "zset" else _lrem(server)
+    remove(source, *members)
+    return len(members)
 
 
 def _read(serializer: Serializer, member: bytes, codec: RequestCodec, source: str) -> Any:
@@ -87,7 +117,7 @@ def _read(serializer: Serializer, member: bytes, codec: RequestCodec, source: st
         raise DedupConfigError(
             f"A request of scrapy-redis's queue {source!r} cannot be read "
             f"({type(exc).__name__}: {exc}); set SCHEDULER_SERIALIZER to the serializer it "
-            "was written with (it and the requests after it stay there)"
+            "was written with (nothing of that queue could be read: it stays there)"
         ) from None
 
 
