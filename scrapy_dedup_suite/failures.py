@@ -172,6 +172,17 @@ def cluster_node_error(exc: Exception) -> DedupConfigError:
     )
 
 
+#: The codes of a call refused because a key holds another type (the server's, a script's).
+WRONG_TYPE = ("WRONGTYPE", "dedup:WRONGTYPE")
+
+
+def coded(exc: BaseException) -> tuple[str, ScriptFailure | None]:
+    """``exc``'s code (as :func:`code_of`) and, for a script of this package, its
+    failure: the message read once."""
+    failure = script_failure(exc)
+    return (f"dedup:{failure.code}" if failure is not None else code_of(exc)), failure
+
+
 def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupError:
     """The package's exception for a call of ``backend`` that failed for good (not
     transient) while checking ``fingerprint``."""
@@ -179,9 +190,8 @@ def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupE
         return exc
     if isinstance(exc, AskError):
         return cluster_node_error(exc)
-    failure = script_failure(exc)  # read once: its code, then its message
-    code = f"dedup:{failure.code}" if failure is not None else code_of(exc)
-    if code in ("WRONGTYPE", "dedup:WRONGTYPE"):
+    code, failure = coded(exc)
+    if code in WRONG_TYPE:
         # Find out which key, and report it exactly.
         try:
             backend.check_types(

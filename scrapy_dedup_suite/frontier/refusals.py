@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_from_coro
 
 from ..exceptions import WrongKeyTypeError
-from ..failures import code_of, script_failure
+from ..failures import WRONG_TYPE, coded
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -34,8 +34,8 @@ def wrong_type(exc: BaseException | None) -> str | None:
         return None
     if isinstance(exc, WrongKeyTypeError):
         return str(exc)
-    if code_of(exc) in ("WRONGTYPE", "dedup:WRONGTYPE"):
-        failure = script_failure(exc)
+    code, failure = coded(exc)
+    if code in WRONG_TYPE:
         return failure.message if failure is not None else str(exc)
     return None
 

@@ -83,8 +83,7 @@ def take_over(
                 continue
         if queue.cluster:
             queue.push(shard, [(args[i + 1], args[i + 2]) for i in range(0, len(args), 3)])
-            remove = server.zrem if kind == "zset" else _lrem(server)
-            remove(source, *members)
+            _remover(server, kind)(source, *members)
             moved += len(members)
         else:
             moved += int(scripts.FRONTIER_TAKEOVER(server, [source, shard.queue], args))
@@ -105,8 +104,7 @@ def _set_aside(server: Any, kind: str, source: str, members: list[bytes], bad: s
     """Move ``members`` of the old queue to the list ``bad`` as they are (kept before
     they leave: a kill in between keeps them twice, never loses one)."""
     server.rpush(bad, *members)
-    remove = server.zrem if kind == "zset" else _lrem(server)
-    remove(source, *members)
+    _remover(server, kind)(source, *members)
     return len(members)
 
 
@@ -202,6 +200,11 @@ def _kind_of(server: Any, key: str, kinds: tuple[str, ...], what: str) -> str:
 def old_queue(server: Any, source: str) -> bool:
     """Whether ``source`` holds scrapy-redis's queue (a sorted set or a list)."""
     return as_str(server.type(source)) in ("zset", "list")
+
+
+def _remover(server: Any, kind: str) -> Any:
+    """How members leave scrapy-redis's queue of ``kind`` (a sorted set or a list)."""
+    return server.zrem if kind == "zset" else _lrem(server)
 
 
 def _lrem(server: Any) -> Any:
