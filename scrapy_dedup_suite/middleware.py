@@ -38,7 +38,7 @@ without having been queued. So, by construction:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -51,7 +51,7 @@ from .connection import check_reachable
 from .crawl_checks import check_crawl_settings
 from .daemon_threads import DaemonThreads
 from .dupefilter import RFPDupeFilter
-from .exceptions import ClientFailure
+from .exceptions import ClientFailure, DedupConfigError
 from .options import BatchOptions
 
 if TYPE_CHECKING:
@@ -106,6 +106,27 @@ def engine_slot(crawler: Crawler) -> Any:
     """The engine's slot (its scheduler, and whether it is closing), or None."""
     engine = crawler.engine
     return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
+
+def watch_engine(crawler: Crawler, done: Callable[[Any], None]) -> None:
+    """``done(request)`` when the engine is done with a request: when it leaves the
+    engine's set of requests in progress, after its response was parsed and what the
+    callback yielded was scheduled (or its failure handled)."""
+    slot = engine_slot(crawler)
+    inprogress = getattr(slot, "inprogress", None)
+    if not isinstance(inprogress, set):
+        raise DedupConfigError(
+            "The frontier scheduler cannot see when this Scrapy's engine is done with a "
+            "request (no engine slot with a set of requests in progress); use Scrapy "
+            ">= 2.13 or another SCHEDULER"
+        )
+
+    class InProgress(set):  # type: ignore[type-arg]
+        def remove(self, request: Any) -> None:
+            super().remove(request)
+            done(request)
+
+    slot.inprogress = InProgress(inprogress)
 
 
 def scheduler_dupefilter(

@@ -272,6 +272,7 @@ class FrontierOptions:
     serializer: Any
     retry_times: int = 0
     retry_delay: float = 60.0
+    max_returns: int = 0
 
     @classmethod
     def from_settings(cls, settings: Any) -> FrontierOptions:
@@ -286,4 +287,5 @@ class FrontierOptions:
             serializer=serializer(read(settings, "SCHEDULER_SERIALIZER")),
             retry_times=read(settings, "FRONTIER_RETRY_TIMES"),
             retry_delay=read(settings, "FRONTIER_RETRY_DELAY"),
+            max_returns=read(settings, "FRONTIER_MAX_RETURNS"),
         )

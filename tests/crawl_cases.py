@@ -9,7 +9,9 @@ pages it downloaded, its stats and its log as JSON.
 were parsed: "stop" (``crawler.stop_async()``), "SIGINT", "SIGTERM" (a graceful stop,
 as from a terminal or a process manager), "SIGKILL" (no stop at all). ``pages_file``:
 each page parsed ("p N") and each request scheduled ("s N") is appended there at
-once, so a killed crawl leaves what it did.
+once, so a killed crawl leaves what it did. ``block``: ``{"page": N, "until": path,
+"seconds": S}``: page N's callback blocks the reactor (a slow synchronous call) until
+the file at ``path`` says "p N" (another worker parsed it too) or S seconds passed.
 The spider middlewares below stand for what a project may put after
 BatchDedupMiddleware.
 """
@@ -22,6 +24,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -69,6 +72,7 @@ class CaseSpider(scrapy.Spider):
         close_by: str = "",
         close_at: int = 0,
         pages_file: str = "",
+        block: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -82,6 +86,7 @@ class CaseSpider(scrapy.Spider):
             os.open(pages_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if pages_file else -1
         )
         self.downloaded: list[int] = []
+        self.block = block or {}
 
     async def start(self):
         for n in self.start_pages:
@@ -91,6 +96,8 @@ class CaseSpider(scrapy.Spider):
         page = int(response.url.rsplit("/", 1)[1])
         self.downloaded.append(page)
         self.note(f"p {page}")
+        if self.block.get("page") == page:
+            self.block_reactor(page)
         if self.close_by and len(self.downloaded) == self.close_at:
             self.close_now()
         if self.stop_redis and page == 0:
@@ -111,6 +118,14 @@ class CaseSpider(scrapy.Spider):
 
     def scheduled(self, request, spider=None) -> None:
         self.note(f"s {int(request.url.rsplit('/', 1)[1])}")
+
+    def block_reactor(self, page: int) -> None:
+        until = time.monotonic() + self.block["seconds"]
+        other = self.block["until"]
+        while time.monotonic() < until:
+            if os.path.exists(other) and f"p {page}" in Path(other).read_text().splitlines():
+                return
+            time.sleep(0.05)
 
     def note(self, line: str) -> None:
         if self.pages_fd >= 0:
@@ -139,6 +154,7 @@ def main() -> None:
         close_by=args.get("close_by", ""),
         close_at=args.get("close_at", 0),
         pages_file=args.get("pages_file", ""),
+        block=args.get("block"),
     )
     process.start()
     with open(args["out"], "w") as f:

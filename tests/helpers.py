@@ -3,12 +3,14 @@ fingerprints. Fixtures and the one table of backends are in conftest.py."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +165,18 @@ def stored_expiry_ms(backend: Any, fingerprint: str) -> int:
 def fingerprints(n: int, salt: str = "") -> list[str]:
     """n distinct 40-hex fingerprints (as scrapy-redis makes them)."""
     return [hashlib.sha1(f"{salt}{i}".encode()).hexdigest() for i in range(n)]
+
+
+@contextlib.contextmanager
+def busy_cores() -> Iterator[None]:
+    """Every core kept busy by a process that spins, for the time of the block."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

@@ -458,7 +458,7 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
         for request in taken:  # the engine is done with ours: acknowledged by the next call
             slot.inprogress.add(request)
             slot.inprogress.remove(request)
-        assert scheduler._acks
+        assert scheduler.holdings.acks
         scheduler.close("finished")
         assert scheduler.stats.get_value("frontier/acknowledged") == 3
     finally:
@@ -758,3 +758,87 @@ def test_members_that_are_not_the_frontier_s_are_set_aside_and_the_good_ones_lea
     assert len(said) == 2 and all(shard.bad in line for line in said)
     # And the next call is an ordinary one.
     assert queue.call(shard, 60_000, take=10).bad == 0
+
+
+@pytest.mark.single_server
+def test_a_request_that_comes_back_too_often_is_set_aside_and_named(server):
+    """Each time a worker dies holding a request (its lease ends), the request comes
+    back and counts it; past max_returns the call that reclaims it sets it aside
+    instead, and answers its entry (for the worker to name it). Workers are always
+    given the bare entry; a worker's start (unaside) gives it one more try, its count
+    starting again."""
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    queue.push(shard, [(3, b"\x01poison"), (0, b"\x01fine")])
+    for _ in range(2):
+        dying = FrontierQueue(server, ["t:requests"])
+        leased = dying.call(shard, 0, take=1, max_returns=2).requests  # dies at once
+        assert leased[0][1:] == (3, b"\x01poison")
+        answer = queue.call(shard, 60_000, max_returns=2)
+        assert answer.reclaimed == 1 and answer.returned == []
+    dying.call(shard, 0, take=1, max_returns=2)
+    answer = queue.call(shard, 60_000, take=10, max_returns=2)
+    assert answer.returned == [b"\x01poison"] and answer.reclaimed == 0
+    assert [e for _, _, e in answer.requests] == [b"\x01fine"]
+    assert server.lrange(shard.aside, 0, -1) == [b"3 \x01poison"]
+    assert queue.unaside(shard) == 1
+    once_more = FrontierQueue(server, ["t:requests"]).call(shard, 0, take=1, max_returns=1)
+    assert once_more.requests[0][1:] == (3, b"\x01poison")
+    assert queue.call(shard, 60_000, max_returns=1).reclaimed == 1  # (counted from 0 again)
+
+
+@pytest.mark.single_server
+def test_handback_and_unlater_set_aside_members_that_do_not_parse(server):
+    """Garbage in the queue's priorities, in a list and in the pages kept for later:
+    the hand-back moves every good request and keeps the rest in the shard's bad list,
+    never a ValueError half-way (issue 51)."""
+    from scrapy import Request
+    from scrapy_redis import queue as srq
+
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.takeover import hand_back
+
+    spider = _Spider()
+    codec = RequestCodec(spider)
+    queue = FrontierQueue(server, ["site:requests"])
+    shard = queue.shards[0]
+    good = [Request(f"http://example.com/{i}", callback=spider.parse) for i in range(3)]
+    queue.push(shard, [(0, codec.encode(r, priority_apart=True)) for r in good])
+    server.rpush(shard.list_key(0), b"\x09not an entry")
+    server.zadd(shard.queue, {"abc": -1})
+    later = codec.encode(Request("http://example.com/later", callback=spider.parse), True)
+    not_due = 2**50  # (ms: the lease calls leave them; unlater moves them)
+    server.zadd(shard.later, {b"2 " + later: not_due, b"x y": not_due, b"nospace": not_due})
+    done = hand_back(queue, "site:requests", codec)
+    assert done.moved == 4 and done.later == 1
+    old = srq.PriorityQueue(server, spider, "%(spider)s:requests")
+    urls = sorted(r.url for r in iter(old.pop, None))
+    assert urls == sorted([r.url for r in good] + ["http://example.com/later"])
+    assert sorted(server.lrange(shard.bad, 0, -1)) == sorted(
+        [b"\x09not an entry", b"priority abc", b"x y", b"nospace"]
+    )
+    assert not server.exists(shard.later) and not server.exists(shard.queue)
+
+
+@pytest.mark.single_server
+def test_the_worker_that_sets_a_request_aside_for_coming_back_too_often_names_its_url(
+    server, redis_url, caplog
+):
+    from scrapy import Request
+
+    from .test_frontier_retry import RetrySpider, scheduler_for
+
+    scheduler = scheduler_for(redis_url, FRONTIER_MAX_RETURNS=1)
+    shard = scheduler.queue.shards[0]
+    poison = Request("http://example.com/poison", callback=RetrySpider().parse)
+    scheduler.queue.push(shard, [(0, scheduler.codec.encode(poison, priority_apart=True))])
+    for _ in range(2):  # a worker dies holding it, twice
+        FrontierQueue(server, [scheduler.queue_key]).call(shard, 0, take=1, max_returns=1)
+    with caplog.at_level("ERROR"):
+        scheduler._call(shard, 0)
+    said = [
+        r.getMessage() for r in caplog.records if "taken by 2 workers in turn" in r.getMessage()
+    ]
+    assert len(said) == 1 and "<http://example.com/poison>" in said[0], said
+    assert scheduler.stats.get_value("frontier/returned_aside") == 1
+    assert scheduler.stats.get_value("frontier/reclaimed") is None  # (the first, by the dying)

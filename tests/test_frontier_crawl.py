@@ -5,6 +5,7 @@ moment loses none (the others, or the next run, fetch its leased pages again).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .helpers import ROOT, run_script, settings_for
+from .helpers import ROOT, busy_cores, run_script, settings_for
 from .servers import Site, tree_links
 
 ON_CLUSTER = True
@@ -40,10 +41,11 @@ def crawl(tmp_path, site: Site, settings: dict, name: str) -> dict:
     return run_script("tests.crawl_cases", args, tmp_path / f"{name}.json")
 
 
-def worker(tmp_path, site: Site, settings: dict, name: str, kill_at: int = 0):
+def worker(tmp_path, site: Site, settings: dict, name: str, kill_at: int = 0, **more):
     """A crawl in its own process (killed with SIGKILL once it parsed ``kill_at`` pages);
-    each page it parses is noted at once in ``<name>.notes``."""
-    args = {"site": site.url, "start": [0], "settings": settings}
+    each page it parses is noted at once in ``<name>.notes``; ``more``: more of
+    tests.crawl_cases's arguments."""
+    args = {"site": site.url, "start": [0], "settings": settings, **more}
     args.update(pages_file=str(tmp_path / f"{name}.notes"), out=str(tmp_path / f"{name}.json"))
     if kill_at:
         args.update(close_by="SIGKILL", close_at=kill_at)
@@ -228,7 +230,7 @@ def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
 
 
 @pytest.mark.single_server
-@pytest.mark.parametrize("where", ["lease", "record"])
+@pytest.mark.parametrize("where", ["lease", "record", "open"])
 def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     tmp_path, tree, redis_settings, server, where
 ):
@@ -236,7 +238,8 @@ def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     Before, the worker retried each second for ever, saying it had work pending; now it
     says which key, once, and closes (reason frontier_key_refused), the key untouched.
     ``lease``: a priority above the start request's (met by the lease call); ``record``:
-    the start request's own priority (met by the call that records and enqueues it)."""
+    the start request's own priority (met by the call that records and enqueues it);
+    ``open``: the queue itself (met at the open: before, a CRITICAL traceback)."""
     from scrapy.settings import Settings
 
     from scrapy_dedup_suite.backends import build_backend
@@ -246,16 +249,18 @@ def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     backend = build_backend(Settings(settings), "cases")
     shard = FrontierQueue.for_backend(backend, "cases:requests").shards[0]
     priority = 5 if where == "lease" else 0
-    server.zadd(shard.queue, {str(priority): -priority})
-    server.set(shard.list_key(priority), "not a list")
+    key = shard.queue if where == "open" else shard.list_key(priority)
+    if where != "open":
+        server.zadd(shard.queue, {str(priority): -priority})
+    server.set(key, "not a list")
     args = {"site": tree.url, "start": [0], "settings": settings}
     # A deadline, not a margin: before, the crawl never ended.
     result = run_script("tests.crawl_cases", args, tmp_path / "refused.json", timeout=90)
     assert result["stats"]["finish_reason"] == "frontier_key_refused"
     said = [line for line in result["log"].splitlines() if "this worker stops" in line]
-    assert len(said) == 1 and shard.list_key(priority) in said[0], result["log"][-3000:]
+    assert len(said) == 1 and key in said[0], result["log"][-3000:]
     assert "Traceback" not in result["log"]
-    assert server.get(shard.list_key(priority)) == b"not a list"
+    assert server.get(key) == b"not a list"
 
 
 @pytest.mark.single_server
@@ -292,3 +297,37 @@ def test_a_takeover_sets_aside_a_request_the_spider_cannot_rebuild_and_moves_the
     bad = [key for key in server.scan_iter(match="*:frontier:bad")]
     assert len(bad) == 1 and server.lrange(bad[0], 0, -1) == [member]
     assert not server.exists("cases:requests")
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "cores-busy"])
+def test_a_callback_blocking_past_the_lease_keeps_its_page_and_the_crawl_ends(
+    tmp_path, tree, redis_settings, server, busy
+):
+    """Two workers; page 3's callback blocks the reactor 15 s (7.5 leases of 2 s, 3 of
+    the engine's heartbeats), or until the other worker parsed page 3 too. Before (issue
+    51), the leases were renewed on the reactor: the other worker took page 3 back and
+    fetched it again, and so on. Now a thread renews them: page 3 is fetched once, every
+    page once, and both workers end. Deadlines, not margins: the block ends early on a
+    refetch."""
+    settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True, FRONTIER_LEASE=2)
+    notes = {name: tmp_path / f"{name}.notes" for name in ("a", "b")}
+    # No page but the start page is served before both workers run.
+    tree.on_hit = lambda n: n == 0 or all(wait_for(path, "s 0") is None for path in notes.values())
+    procs = {}
+    try:
+        with busy_cores() if busy else contextlib.nullcontext():
+            for name, other in (("a", "b"), ("b", "a")):
+                block = {"page": 3, "until": str(notes[other]), "seconds": 15}
+                procs[name] = worker(tmp_path, tree, settings, name, block=block)
+            for proc in procs.values():
+                _, err = proc.communicate(timeout=240)
+                assert proc.returncode == 0, err[-3000:]
+    finally:
+        tree.on_hit = None
+        for proc in procs.values():
+            proc.kill()
+    pages = Counter(parsed(tmp_path, "a") + parsed(tmp_path, "b"))
+    assert pages[3] == 1
+    assert sorted(pages) == list(range(tree.pages))
+    assert max(pages.values()) == 1

@@ -277,3 +277,18 @@ class Incoming:
                 self._count("scheduler/enqueued/redis")
                 self._count("frontier/enqueued")
                 self.on_enqueued()
+
+    def push_at_close(self, refused: bool) -> bool:
+        """At the close, send the kept requests once more: whether none is left (else
+        said, as a WARNING after a key was ``refused``: that said why)."""
+        if self.unpushed:
+            self.push_unpushed(now=True)
+        if self.unpushed:
+            logger.log(
+                logging.WARNING if refused else logging.ERROR,
+                "%d request(s) could not be recorded and enqueued before the close; the "
+                "pages that yielded them stay leased and will be fetched again (start "
+                "requests: by the next start)",
+                len(self.unpushed),
+            )
+        return not self.unpushed

@@ -30,6 +30,7 @@ front of the queue, then leases up to n requests.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import threading
 from collections.abc import Sequence
@@ -42,6 +43,31 @@ from ..connection import is_cluster
 from ..exceptions import DedupConfigError
 
 logger = logging.getLogger(__name__)
+
+
+#: A priority as the frontier writes it (``frontier_priority`` in ``lua/frontier.lua``).
+_PRIORITY = re.compile(rb"-?[0-9]{1,15}")
+
+
+def whole_priority(text: bytes | str) -> int | None:
+    """``text`` read back as a priority (a whole number), or None for anything else."""
+    raw = text.encode() if isinstance(text, str) else bytes(text)
+    return int(raw) if len(raw) <= 16 and _PRIORITY.fullmatch(raw) else None
+
+
+def parse_member(member: bytes) -> tuple[int, bytes] | None:
+    """A "priority entry" member read back from the frontier's keys, or None for
+    anything else (``frontier_parse`` in ``lua/frontier.lua``)."""
+    text, space, entry = bytes(member).partition(b" ")
+    priority = whole_priority(text)
+    return None if not space or priority is None else (priority, entry)
+
+
+def entry_of(item: bytes) -> bytes:
+    """A list item's entry, without the count of the times it came back from a dead
+    worker (``frontier_wrap`` in ``lua/frontier.lua``)."""
+    item = bytes(item)
+    return item[2:] if len(item) >= 2 and item[0] == 3 else item
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,8 @@ class Leased:
     requests: list[tuple[str, int, bytes]] = field(default_factory=list)
     #: Members of the shard's keys that were not the frontier's, set aside by this call.
     bad: int = 0
+    #: Entries set aside by this call for coming back too often (FRONTIER_MAX_RETURNS).
+    returned: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -190,25 +218,29 @@ class FrontierQueue:
         release: Sequence[str] = (),
         aside: Sequence[str] = (),
         later: Sequence[Any] = (),
+        max_returns: int = 0,
     ) -> Leased:
         """One call to ``shard``: acknowledge ``acks``, renew ``renew`` for ``lease_ms``,
         give back ``release``, set ``aside`` aside (undecodable), end the leases of
         ``later`` (per page that failed for good: lease id, delay in ms, priority, entry
-        to try again) and keep those pages until due, reclaim expired leases, put the
+        to try again) and keep those pages until due, reclaim expired leases (setting
+        aside those that came back more than ``max_returns`` times, if > 0), put the
         pages due back, then lease up to ``take``
         (their ids reserved first: calls may run at once, from several threads)."""
         with self._ids:
             first = self._next_id
             self._next_id += take
-        args: list[Any] = [lease_ms, take, self.worker, first]
+        args: list[Any] = [lease_ms, take, self.worker, first, max_returns]
         for items in (acks, renew, release, aside, later):
             args += [len(items), *items]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
+        start = 5 + int(answer[4])
         requests = []
-        for i in range(4, len(answer), 2):
-            n = (i - 4) // 2
+        for i in range(start, len(answer), 2):
+            n = (i - start) // 2
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
         leased = Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests, int(answer[3]))
+        leased.returned = [bytes(entry) for entry in answer[5:start]]
         if leased.bad:
             self.said_bad(shard, leased.bad)
         return leased
@@ -242,11 +274,20 @@ class FrontierQueue:
         an interruption pushes one chunk twice at most."""
         moved = 0
         while members := self.server.zrange(shard.later, 0, 999):
-            pairs = [bytes(m).partition(b" ") for m in members]
-            self.push(shard, [(int(priority), entry) for priority, _, entry in pairs])
+            pairs = [parse_member(m) for m in members]
+            good = [pair for pair in pairs if pair is not None]
+            self.push(shard, good)
+            self.set_bad(shard, [m for m, pair in zip(members, pairs) if pair is None])
             self.server.zrem(shard.later, *members)
-            moved += len(members)
+            moved += len(good)
         return moved
+
+    def set_bad(self, shard: Shard, members: Sequence[bytes | str]) -> None:
+        """Keep ``members`` (read from ``shard``'s keys, not the frontier's) in its
+        list of bad members, and say so."""
+        if members:
+            self.server.rpush(shard.bad, *members)
+            self.said_bad(shard, len(members))
 
     # -- seen from outside ---------------------------------------------------------------
 
@@ -328,6 +369,7 @@ class FrontierQueue:
         members set aside as bad stay (they are not the frontier's: for a person to read)."""
         deleted = 0
         for shard in self.shards:
+            self.check(shard)  # (a key of another type is refused, never deleted)
             keys = [key for key in self.keys_of(shard) if key != shard.bad]  # (one slot)
             if keys:
                 deleted += int(self.server.delete(*keys))

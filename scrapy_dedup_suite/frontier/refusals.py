@@ -48,9 +48,12 @@ class Refusals:
         self.quiet = quiet
         #: Set once a key was refused: the worker is closing, nothing is pending.
         self.stopping = False
+        self._asked = False
 
-    def failed(self, exc: BaseException | None, doing: str) -> None:
-        """A call that failed while the frontier was ``doing`` (e.g. "lease requests")."""
+    def failed(self, exc: BaseException | None, doing: str, close: bool = True) -> None:
+        """A call that failed while the frontier was ``doing`` (e.g. "lease requests");
+        ``close``: the spider is closed now (else by :meth:`close`: while the engine
+        opens the spider, the scheduler's first request call does it)."""
         refused = wrong_type(exc)
         if refused is None:
             self.quiet.warn("The frontier could not %s: %s", doing, exc)
@@ -65,9 +68,14 @@ class Refusals:
             refused,
             REASON,
         )
-        self._close()
+        if close:
+            self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Close the spider (once), as :meth:`failed` does unless told not to."""
+        if self._asked:
+            return
+        self._asked = True
         engine = getattr(self.crawler, "engine", None)
         if engine is None:
             return

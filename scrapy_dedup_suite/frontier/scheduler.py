@@ -7,7 +7,8 @@ A request a worker takes is leased, not popped (:mod:`.queue`); it is acknowledg
 Scrapy is done with it: its response parsed and every request its callback yielded
 recorded and enqueued, each in the same call as its record (:mod:`.record`). A kill
 between the two leaves the parent to be fetched again, never its children lost. A
-live worker renews its leases every third of FRONTIER_LEASE; a dead worker's go back
+live worker renews its leases every third of FRONTIER_LEASE, from a thread that a
+callback blocking the reactor does not stop (:mod:`.leases`); a dead worker's go back
 to the front of the queue when their lease ends, by the next call of any worker.
 A graceful close gives back what was taken and not started. A page whose download
 failed for good is tried again later rather than acknowledged (:mod:`.later`).
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +34,15 @@ from twisted.python.failure import Failure
 from ..crawl_checks import dupefilter_for
 from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
-from ..exceptions import DedupConfigError
-from ..middleware import engine_slot
+from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
 from .incoming import Incoming
 from .later import RetryLater
+from .leases import Holdings, LeaseKeeper, say_returned
 from .queue import FrontierQueue, Shard
 from .record import keep_acks, load_scripts
-from .refusals import Refusals
+from .refusals import Refusals, wrong_type
 from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
@@ -74,17 +74,14 @@ class Scheduler(BaseScheduler):
         self.queue_key = ""
         self.lease_ms = max(1, round(options.lease * 1000))
         self.clock: Callable[[], float] = time.monotonic
-        #: Leased and not yet handed to the engine: (request, shard, lease id).
-        self._taken: deque[tuple[Request, Shard, str]] = deque()
-        #: Handed to the engine and not yet done.
-        self._in_flight: dict[Request, tuple[Shard, str]] = {}
-        #: Leases done, acknowledged by the next call to their shard (a lease call, or
-        #: a record call of :attr:`incoming`).
-        self._acks: dict[Shard, list[str]] = {}
+        #: The leases this worker holds (:mod:`.leases`).
+        self.holdings = Holdings()
         #: Pages whose download failed for good, tried again later (:mod:`.later`).
         self.later = RetryLater(self.codec, options.retry_times, options.retry_delay, self._count)
         #: The way in: requests recorded and enqueued, and those to send again.
-        self.incoming = Incoming(df, self.codec, self._count, self._forget_shards, self._acks)
+        self.incoming = Incoming(
+            df, self.codec, self._count, self._forget_shards, self.holdings.acks
+        )
         self.refusals = Refusals(crawler, self.incoming.quiet)
         self.incoming.on_refused = self.refusals.failed
         self._next_shard = 0
@@ -92,7 +89,12 @@ class Scheduler(BaseScheduler):
         #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.
         self._seen: dict[Shard, tuple[int, int, float]] = {}
         self._empty_since: float | None = None
-        self._renewing: task.LoopingCall | None = None
+        self._acknowledging: task.LoopingCall | None = None
+        #: Renews the leases held, from a thread of its own (:mod:`.leases`).
+        self.keeper = LeaseKeeper(
+            lambda: self.queue, self.lease_ms, options.max_returns,
+            lambda: self.holdings.ids(self.later.waiting), self._reclaimed, self._renew_failed,
+        )  # fmt: skip
         #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
         #: its own, which a forced shutdown does not wait for.
         self.lease_thread = DaemonThreads("dedup-frontier-lease", 1)
@@ -108,11 +110,13 @@ class Scheduler(BaseScheduler):
 
     def __len__(self) -> int:
         """Requests taken and not started, here; the queue's count is ``dedup-info``'s."""
-        return len(self._taken)
+        return len(self.holdings.taken)
 
     # -- life cycle --------------------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
+        from twisted.internet import reactor  # the one Scrapy installed
+
         self.spider = spider
         self.codec.spider = spider
         df = self.df
@@ -122,6 +126,33 @@ class Scheduler(BaseScheduler):
         self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
         self.incoming.spider = spider
         load_scripts(backend)
+        try:
+            waiting, held = self._open_queue()
+        except Exception as exc:  # a key of another type: one line, then the close
+            if wrong_type(exc) is None:
+                raise
+            self.refusals.failed(exc, "open its queue", close=False)
+            waiting = held = 0
+        watch_engine(self.crawler, self._done)
+        self._acknowledging = task.LoopingCall(self._acknowledge)
+        self._acknowledging.start(self.options.lease / 3, now=False)
+        if reactor.running:  # (as the engine opens it; not a test's scheduler alone)
+            self.keeper.start()
+        logger.info(
+            "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
+            len(self.queue.shards),
+            self.queue.shards[0].queue,
+            f"requests waiting at {waiting:,} priority level(s) (dedup-info counts them)"
+            if waiting
+            else "no request waiting",
+            held,
+        )
+
+    def _open_queue(self) -> tuple[int, int]:
+        """Flush (SCHEDULER_FLUSH_ON_START), take over scrapy-redis's queue, give what
+        was set aside another try; then what the shards say (priorities waiting, leases
+        held)."""
+        assert self.queue is not None
         if self.options.flush_on_start:
             self.flush()
         moved = take_over(self.queue, self.queue_key, self.codec, self.options.serializer)
@@ -133,19 +164,7 @@ class Scheduler(BaseScheduler):
                 "another try",
                 back,
             )
-        self._watch_engine()
-        self._renewing = task.LoopingCall(self._renew)
-        self._renewing.start(self.options.lease / 3, now=False)
-        waiting, held = self._look()
-        logger.info(
-            "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
-            len(self.queue.shards),
-            self.queue.shards[0].queue,
-            f"requests waiting at {waiting:,} priority level(s) (dedup-info counts them)"
-            if waiting
-            else "no request waiting",
-            held,
-        )
+        return self._look()
 
     def close(self, reason: str) -> Deferred[Any] | None:
         """Give back what was taken and not started (after the lease call running in a
@@ -157,23 +176,14 @@ class Scheduler(BaseScheduler):
         return None
 
     def _close(self, reason: str) -> None:
-        if self._renewing is not None and self._renewing.running:
-            self._renewing.stop()
+        if self._acknowledging is not None and self._acknowledging.running:
+            self._acknowledging.stop()
+        self.keeper.stop()
         self.lease_thread.stop()  # (its call has answered: close() waited for it)
-        if self.incoming.unpushed:
-            self.incoming.push_unpushed(now=True)
-        if self.incoming.unpushed:
-            logger.error(
-                "%d request(s) could not be recorded and enqueued before the close; the "
-                "pages that yielded them stay leased and will be fetched again",
-                len(self.incoming.unpushed),
-            )
-            self._acks.clear()
-        released: dict[Shard, list[str]] = {}
-        for _, shard, lease_id in self._taken:
-            released.setdefault(shard, []).append(lease_id)
-        self._taken.clear()
-        for shard in {*released, *self._acks, *self.later.waiting}:
+        if not self.incoming.push_at_close(self.refusals.stopping):
+            self.holdings.acks.clear()  # (the parents stay leased)
+        released = self.holdings.give_back()
+        for shard in {*released, *self.holdings.acks, *self.later.waiting}:
             try:
                 self._call(shard, 0, release=released.get(shard, ()))
             except Exception as exc:  # their leases end and go back by themselves
@@ -202,27 +212,6 @@ class Scheduler(BaseScheduler):
             self.server.delete(self.queue_key)
         self.df.clear()
 
-    def _watch_engine(self) -> None:
-        """Acknowledge a request when the engine is done with it: when it leaves the
-        engine's set of requests in progress, after its response was parsed and what
-        the callback yielded was scheduled (or its failure handled)."""
-        slot = engine_slot(self.crawler)
-        inprogress = getattr(slot, "inprogress", None)
-        if not isinstance(inprogress, set):
-            raise DedupConfigError(
-                "The frontier scheduler cannot see when this Scrapy's engine is done with a "
-                "request (no engine slot with a set of requests in progress); use Scrapy "
-                ">= 2.13 or another SCHEDULER"
-            )
-        done = self._done
-
-        class InProgress(set):  # type: ignore[type-arg]
-            def remove(self, request: Any) -> None:
-                super().remove(request)
-                done(request)
-
-        slot.inprogress = InProgress(inprogress)
-
     # -- requests in -------------------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
@@ -235,14 +224,17 @@ class Scheduler(BaseScheduler):
     # -- requests out ------------------------------------------------------------------
 
     def next_request(self) -> Request | None:
-        if not self._taken and self._ahead is None:
-            self._take()
-        if not self._taken:
+        if self.refusals.stopping:
+            self.refusals.close()  # (refused at the open: the engine runs now)
             return None
-        request, shard, lease_id = self._taken.popleft()
-        self._in_flight[request] = (shard, lease_id)
+        if not self.holdings.taken and self._ahead is None:
+            self._take()
+        if not self.holdings.taken:
+            return None
+        request, shard, lease_id = self.holdings.taken.popleft()
+        self.holdings.in_flight[request] = (shard, lease_id)
         self._count("scheduler/dequeued/redis")
-        if len(self._taken) <= self.options.prefetch // 2:
+        if len(self.holdings.taken) <= self.options.prefetch // 2:
             self._take_ahead()
         return request
 
@@ -283,12 +275,18 @@ class Scheduler(BaseScheduler):
             return
         assert self.queue is not None
         acks, later = self._carried(shard)
-        call = self.queue.call
+        queue = self.queue
+
+        def call(*args: Any, **kwargs: Any) -> Any:  # (in the thread)
+            leased = queue.call(*args, **kwargs)
+            self.holdings.arriving = (shard, [lease_id for lease_id, _, _ in leased.requests])
+            return leased
 
         def answered(leased: Any) -> None:
             self._ahead = None
             self._called(shard, acks, leased)
             self._took(shard, leased)  # (after a close began: given back by the close)
+            self.holdings.arriving = None
             self._forget_if_idle()
             self._wake_engine()
 
@@ -298,8 +296,10 @@ class Scheduler(BaseScheduler):
             self.refusals.failed(failure.value, "lease requests")
             self._wake_engine()
 
-        take = self.options.prefetch
-        ahead = self.in_thread(call, shard, self.lease_ms, take, acks, later=later)
+        take, most = self.options.prefetch, self.options.max_returns
+        ahead = self.in_thread(
+            call, shard, self.lease_ms, take, acks, later=later, max_returns=most
+        )
         self._ahead = ahead.addCallbacks(answered, failed)
 
     def _wake_engine(self) -> None:
@@ -323,7 +323,7 @@ class Scheduler(BaseScheduler):
                 )
                 aside.append(lease_id)
                 continue
-            self._taken.append((request, shard, lease_id))
+            self.holdings.taken.append((request, shard, lease_id))
         self._count("frontier/leased", len(leased.requests))
         if aside:
             try:
@@ -339,8 +339,11 @@ class Scheduler(BaseScheduler):
         """One call to ``shard`` here and now, carrying its acknowledgements."""
         assert self.queue is not None
         acks, later = self._carried(shard)
+        most = self.options.max_returns
         try:
-            leased = self.queue.call(shard, self.lease_ms, take, acks, renew, release, aside, later)
+            leased = self.queue.call(
+                shard, self.lease_ms, take, acks, renew, release, aside, later, most
+            )
         except Exception:
             self._keep(shard, acks, later)
             raise
@@ -353,56 +356,64 @@ class Scheduler(BaseScheduler):
         them)."""
         if self.incoming.unpushed:
             return [], []
-        return self._acks.pop(shard, []), self.later.carried(shard)
+        return self.holdings.acks.pop(shard, []), self.later.carried(shard)
 
     def _keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:
         """What a call that failed carried waits for the next call to ``shard``."""
-        keep_acks(self._acks, shard, acks)
+        keep_acks(self.holdings.acks, shard, acks)
         self.later.keep(shard, later)
 
     def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
         """Count what a call to ``shard`` answered; remember what it said of the shard."""
         self._count("frontier/acknowledged", len(acks))
         self._count("frontier/reclaimed", leased.reclaimed)
-        ours = sum(1 for s, _ in self._in_flight.values() if s == shard)
-        ours += sum(1 for _, s, _ in self._taken if s == shard)
-        ours += len(leased.requests)  # (taken by this call: not yet in _taken)
+        most = self.options.max_returns
+        self._count(
+            "frontier/returned_aside", say_returned(self.codec, shard, leased.returned, most)
+        )
+        ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
         self._seen[shard] = (leased.waiting, leased.held - ours, self.clock())
 
     def _done(self, request: Request) -> None:
-        held = self._in_flight.pop(request, None)
+        held = self.holdings.in_flight.pop(request, None)
         if held is not None:
             if not self.later.done(request, *held):
-                keep_acks(self._acks, held[0], [held[1]])
+                keep_acks(self.holdings.acks, held[0], [held[1]])
             self._forget_if_idle()
 
     def retry_later(self, request: Request) -> bool:
         """``request``'s download failed for good (``FailedPagesMiddleware`` says so):
         whether it is tried again later (:mod:`.later`), rather than acknowledged."""
-        return request in self._in_flight and self.later.decide(request)
+        return request in self.holdings.in_flight and self.later.decide(request)
 
     def _forget_if_idle(self) -> None:
         """Done with all it took: what the shards last said counted as another worker's
         the leases this one had not acknowledged yet, so the idle check looks again (its
         call carries the acknowledgements), else the crawl waits a heartbeat to end."""
-        if not self._in_flight and not self._taken:
+        if not self.holdings.in_flight and not self.holdings.taken:
             self._seen.clear()
 
-    def _renew(self) -> None:
-        """Every third of the lease: renew what this worker holds, acknowledge what it
-        is done with."""
-        held: dict[Shard, list[str]] = {}
-        for shard, lease_id in self._in_flight.values():
-            held.setdefault(shard, []).append(lease_id)
-        for _, shard, lease_id in self._taken:
-            held.setdefault(shard, []).append(lease_id)
+    def _reclaimed(self, shard: Shard, leased: Any) -> None:
+        self._count("frontier/reclaimed", leased.reclaimed)
+        most = self.options.max_returns
+        self._count(
+            "frontier/returned_aside", say_returned(self.codec, shard, leased.returned, most)
+        )
+
+    def _renew_failed(self, exc: BaseException) -> None:
+        if not self._closed:
+            self.refusals.failed(exc, "renew its leases")
+
+    def _acknowledge(self) -> None:
+        """Every third of the lease, on the reactor: acknowledge what this worker is
+        done with (and record what waits to be), when no other call did."""
         if self.incoming.unpushed:
             self.incoming.push_unpushed()
-        for shard in {*held, *self._acks, *self.later.waiting}:
+        for shard in {*self.holdings.acks, *self.later.waiting}:
             try:
-                self._call(shard, 0, renew=held.get(shard, ()))
+                self._call(shard, 0)
             except Exception as exc:  # (_call kept the acknowledgements for the next)
-                self.refusals.failed(exc, "renew its leases")
+                self.refusals.failed(exc, "acknowledge its leases")
 
     # -- idle --------------------------------------------------------------------------
 
@@ -412,7 +423,7 @@ class Scheduler(BaseScheduler):
         that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
         if self.refusals.stopping:
             return False  # (a key refused: the spider is closing)
-        if self._taken or self.incoming.unpushed or self._ahead is not None:
+        if self.holdings.taken or self.incoming.unpushed or self._ahead is not None:
             return True
         try:
             waiting, held = self._look()

@@ -66,6 +66,15 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         table="frontier",
     ),
     Setting(
+        "FRONTIER_MAX_RETURNS",
+        3,
+        Whole(0, 255, "a whole number from 0 to 255 (0: no bound)"),
+        "times a request may come back to the queue from workers that held it past "
+        "`FRONTIER_LEASE` (killed, frozen, cut off from Redis); once more, it is set aside "
+        "with an ERROR naming its URL, and a worker's start gives it one more try",
+        table="frontier",
+    ),
+    Setting(
         "FRONTIER_PREFETCH",
         0,
         Whole(0, 10_000, "a whole number from 0 to 10000 (0: CONCURRENT_REQUESTS)"),

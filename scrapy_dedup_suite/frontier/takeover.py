@@ -30,8 +30,8 @@ from scrapy.utils.request import request_from_dict
 from .. import scripts
 from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
-from .codec import PickleSerializer, RequestCodec, Serializer
-from .queue import FrontierQueue
+from .codec import PickleSerializer, RequestCodec, RequestEncodingError, Serializer
+from .queue import FrontierQueue, Shard, entry_of, whole_priority
 
 logger = logging.getLogger(__name__)
 
@@ -172,17 +172,45 @@ def hand_back(
         done.set_aside += queue.unaside(shard)  # (else left behind in the frontier's keys)
         done.later += queue.unlater(shard)
         for priority in [as_str(p) for p in server.zrange(shard.queue, 0, -1)]:
-            key = shard.list_key(priority)
-            while entries := server.lrange(key, 0, chunk - 1):
-                members = {}
-                for entry in entries:
-                    fields = codec.fields(entry, int(priority))
-                    members[old.dumps(fields)] = -int(priority)
-                server.zadd(target, members)
-                server.ltrim(key, len(entries), -1)  # (each chunk added before it leaves)
-                done.moved += len(entries)
+            number = whole_priority(priority)
+            if number is None:  # (its list, if any, is left where it is)
+                queue.set_bad(shard, [f"priority {priority}"])
+            else:
+                key = shard.list_key(priority)
+                done.moved += _hand_back_list(queue, shard, key, number, target, codec, old, chunk)
             server.zrem(shard.queue, priority)
     return done
+
+
+def _hand_back_list(
+    queue: FrontierQueue,
+    shard: Shard,
+    key: str,
+    priority: int,
+    target: str,
+    codec: RequestCodec,
+    old: Serializer,
+    chunk: int,
+) -> int:
+    """Move the requests of ``shard``'s list ``key`` (at ``priority``) into ``target``,
+    each chunk added there before it leaves; an entry that cannot be read goes to the
+    shard's bad members. How many moved."""
+    server, moved = queue.server, 0
+    while entries := server.lrange(key, 0, chunk - 1):
+        members, bad = {}, []
+        for item in entries:
+            try:
+                fields = codec.fields(entry_of(item), priority)
+            except RequestEncodingError:
+                bad.append(item)
+                continue
+            members[old.dumps(fields)] = -priority
+        if members:
+            server.zadd(target, members)
+        queue.set_bad(shard, bad)
+        server.ltrim(key, len(entries), -1)
+        moved += len(members)
+    return moved
 
 
 def _kind_of(server: Any, key: str, kinds: tuple[str, ...], what: str) -> str:

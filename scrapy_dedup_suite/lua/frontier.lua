@@ -28,6 +28,20 @@ local function frontier_parse(line)
   return priority, string.sub(line, space + 1)
 end
 
+-- A list item given back by a worker that died holding it (its lease ended): the byte
+-- 3, how many times it came back (one byte), then the entry (the codec's entries start
+-- with the byte 1 or 2). A worker is always sent the entry alone.
+local function frontier_unwrap(item)
+  if #item >= 2 and string.byte(item, 1) == 3 then
+    return string.byte(item, 2), string.sub(item, 3)
+  end
+  return 0, item
+end
+
+local function frontier_wrap(times, entry)
+  return string.char(3, math.min(times, 255)) .. entry
+end
+
 local function frontier_list(queue, priority)
   return queue .. ':' .. priority
 end

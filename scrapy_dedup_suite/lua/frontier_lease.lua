@@ -11,7 +11,9 @@
 -- not the frontier's (a list, each as it was found; a priority of the queue that is
 -- not a whole number as "priority <member>").
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
--- ARGV[4]: the number of its first new lease; then five lists, each its length first:
+-- ARGV[4]: the number of its first new lease, ARGV[5]: how many times a request may come
+-- back from workers that held it past their lease (0: no bound; once more, it is set
+-- aside in KEYS[5] instead); then five lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
 -- released (taken but not started, at a graceful close), the ids set aside (their
 -- entry could not be decoded: kept in KEYS[5] rather than given back again and again),
@@ -19,12 +21,13 @@
 -- ms, its priority and its entry to try again (its lease ends: it waits in KEYS[6]).
 -- The pages due go back to the front of the queue before requests are leased.
 -- Returns {priorities waiting, leases held, reclaimed by this call, bad members set
--- aside by this call, then per request leased: its priority and entry}; the i-th leased
--- has id prefix .. (ARGV[4] + i - 1).
+-- aside by this call, k: requests set aside by this call for coming back too often,
+-- then those k requests' entries, then per request leased: its priority and entry};
+-- the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local later, bad = KEYS[6], KEYS[7]
 local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-local prefix, first = ARGV[3], tonumber(ARGV[4])
+local prefix, first, max_returns = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 dedup_check_type(leases, 'hash', 'the frontier leases')
 dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
 dedup_check_type(counters, 'hash', 'the frontier counters')
@@ -36,7 +39,7 @@ local function set_bad(member)
   rcall('RPUSH', bad, member)
   bads = bads + 1
 end
-local lists, at = {}, 5
+local lists, at = {}, 6
 for l = 1, 5 do
   local len = tonumber(ARGV[at])
   local ids = {}
@@ -65,25 +68,38 @@ end
 local expired = rcall('ZRANGEBYSCORE', expiries, '-inf', now, 'LIMIT', 0, 100)
 -- What goes back to the queue, read first: every list it goes to is checked before
 -- the first write.
-local back, priorities = {}, {}
-local function give_back(ids)
+-- A request that comes back from a lease that ended counts it in its list item (see
+-- frontier_wrap); past max_returns it is set aside (a page that kills or freezes every
+-- worker that takes it), and its entry returned for the worker to name it.
+local back, priorities, returned = {}, {}, {}
+local function give_back(ids, ended)
   for _, id in ipairs(ids) do
     local held = rcall('HGET', leases, id)
     if held then
-      local priority, entry = frontier_parse(held)
-      if priority then
-        back[#back + 1] = { id, priority, entry }
-        priorities[priority] = true
-      else
+      local priority, item = frontier_parse(held)
+      if not priority then
         set_bad(held)
         frontier_ack(leases, expiries, { id })
+      elseif not ended then
+        back[#back + 1] = { id, priority, item }
+        priorities[priority] = true
+      else
+        local times, entry = frontier_unwrap(item)
+        if max_returns > 0 and times >= max_returns then
+          rcall('RPUSH', aside, priority .. ' ' .. entry)
+          frontier_ack(leases, expiries, { id })
+          returned[#returned + 1] = entry
+        else
+          back[#back + 1] = { id, priority, frontier_wrap(times + 1, entry) }
+          priorities[priority] = true
+        end
       end
     end
   end
 end
-give_back(lists[3])
+give_back(lists[3], false)
 local released = #back
-give_back(expired)
+give_back(expired, true)
 local due = rcall('ZRANGEBYSCORE', later, '-inf', now, 'LIMIT', 0, 100)
 local due_back = 0
 for _, held in ipairs(due) do
@@ -108,7 +124,8 @@ end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
 local reclaimed = #back - released - due_back
 if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
-local out = { 0, 0, reclaimed, 0 }
+local out = { 0, 0, reclaimed, 0, #returned }
+for _, entry in ipairs(returned) do out[#out + 1] = entry end
 local taken = 0
 while taken < n do
   local top = rcall('ZRANGE', queue, 0, 0)[1]
@@ -128,7 +145,8 @@ while taken < n do
     rcall('HSET', leases, id, top .. ' ' .. entry)
     rcall('ZADD', expiries, now + lease_ms, id)
     out[#out + 1] = top
-    out[#out + 1] = entry
+    local _, bare = frontier_unwrap(entry)
+    out[#out + 1] = bare
     taken = taken + 1
   end
 end
