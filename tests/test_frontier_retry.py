@@ -225,3 +225,57 @@ def test_a_crawl_downloads_the_pages_below_one_that_failed_for_good_once(
     assert stats["dedup/failed"] == (1 if retry else 2)
     assert max(tree.downloads.values()) == 1  # none downloaded twice
     assert server.keys("*") == []  # SCHEDULER_PERSIST off: all gone at the close
+
+
+@pytest.mark.single_server
+def test_the_idle_close_waits_for_a_retry_due_within_scheduler_idle_before_close(
+    server, redis_url, caplog
+):
+    """SCHEDULER_IDLE_BEFORE_CLOSE 60 s, the scheduler's clock injected: a page kept for
+    later and due within that time is work pending, though nothing waits in the queue
+    and nothing is leased (before, issue 51, the worker went idle and closed with it
+    waiting); one due after that time is not, and the close says it leaves it."""
+    scheduler = scheduler_for(redis_url, SCHEDULER_IDLE_BEFORE_CLOSE=60, FRONTIER_RETRY_TIMES=1)
+    now = [1000.0]
+    scheduler.clock = lambda: now[0]
+    shard = scheduler.queue.shards[0]
+    page = Request("http://example.com/again", callback=RetrySpider().parse)
+    member = b"0 " + scheduler.codec.encode(page, priority_apart=True)
+
+    def looked_at(after: float) -> bool:
+        now[0] += after
+        scheduler._seen.clear()  # (the clock moved on: the shard is looked at again)
+        return scheduler.has_pending_requests()
+
+    server.zadd(shard.later, {member: server_ms(server) + 30_000})
+    assert looked_at(0)
+    assert looked_at(61)  # due in 30 s: the worker waits for it
+    server.zadd(shard.later, {member: server_ms(server) + 600_000})
+    assert looked_at(0)  # (idle from now)
+    assert not looked_at(61)  # due in 10 minutes: it goes idle
+    with caplog.at_level(logging.INFO):
+        scheduler.close("finished")
+    assert "1 page(s) whose download failed wait to be tried again" in caplog.text
+
+
+@pytest.mark.single_server
+def test_a_request_this_worker_takes_itself_starts_the_idle_time_again(server, redis_url):
+    """The idle time restarts when the worker takes requests itself, not only when a
+    look finds some waiting: before (issue 51), a retry that came due and was taken by
+    the worker's own request call left the idle time running from before it."""
+    scheduler = scheduler_for(redis_url, SCHEDULER_IDLE_BEFORE_CLOSE=10)
+    now = [1000.0]
+    scheduler.clock = lambda: now[0]
+    scheduler._seen.clear()  # (its open looked by the real clock)
+    shard = scheduler.queue.shards[0]
+    assert scheduler.has_pending_requests()  # idle from 1000
+    now[0] += 5
+    page = Request("http://example.com/taken", callback=RetrySpider().parse)
+    scheduler.queue.push(shard, [(0, scheduler.codec.encode(page, priority_apart=True))])
+    done(scheduler, handed_out(scheduler))  # taken by its own request call, and done
+    now[0] += 6
+    scheduler._seen.clear()
+    assert scheduler.has_pending_requests()  # 6 s since its last request, not 11
+    now[0] += 11
+    scheduler._seen.clear()
+    assert not scheduler.has_pending_requests()

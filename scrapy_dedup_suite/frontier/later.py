@@ -6,7 +6,8 @@ again: its parent is done and stays seen. So, FRONTIER_RETRY_TIMES times, the pa
 back to the queue after FRONTIER_RETRY_DELAY, doubled each time: when the engine is done
 with it, its lease ends in the same lease call that keeps it in ``{tag}:frontier:later``
 until due (``lua/frontier_lease.lua``), so it is never lost in between; the lease calls
-put the pages due back at the front of the queue. The crawl does not wait for them: a
+put the pages due back at the front of the queue. A worker with nothing else to do
+waits for those due within SCHEDULER_IDLE_BEFORE_CLOSE (:mod:`.idle`), no longer: a
 close says how many wait, and SCHEDULER_PERSIST keeps them for the next run.
 """
 

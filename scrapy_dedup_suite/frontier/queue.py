@@ -133,6 +133,8 @@ class Leased:
     bad: int = 0
     #: Entries set aside by this call for coming back too often (FRONTIER_MAX_RETURNS).
     returned: list[bytes] = field(default_factory=list)
+    #: Seconds until the first page kept for later is due, or None if none waits.
+    due_in: float | None = None
 
 
 @dataclass
@@ -234,13 +236,14 @@ class FrontierQueue:
         for items in (acks, renew, release, aside, later):
             args += [len(items), *items]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
-        start = 5 + int(answer[4])
+        start = 6 + int(answer[4])
         requests = []
         for i in range(start, len(answer), 2):
             n = (i - start) // 2
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
         leased = Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests, int(answer[3]))
-        leased.returned = [bytes(entry) for entry in answer[5:start]]
+        leased.returned = [bytes(entry) for entry in answer[6:start]]
+        leased.due_in = int(answer[5]) / 1000 if int(answer[5]) >= 0 else None
         if leased.bad:
             self.said_bad(shard, leased.bad)
         return leased

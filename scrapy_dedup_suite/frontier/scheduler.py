@@ -37,6 +37,7 @@ from ..dupefilter import RFPDupeFilter
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
+from .idle import IdleTimer
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
@@ -86,9 +87,10 @@ class Scheduler(BaseScheduler):
         self.incoming.on_refused = self.refusals.failed
         self._next_shard = 0
         #: Per shard, what its last call said: priorities waiting, leases other workers
-        #: hold, and when (by :attr:`clock`); forgotten when this worker enqueues.
-        self._seen: dict[Shard, tuple[int, int, float]] = {}
-        self._empty_since: float | None = None
+        #: hold, when (by :attr:`clock`), and when its first retry is due (or None);
+        #: forgotten when this worker enqueues.
+        self._seen: dict[Shard, tuple[int, int, float, float | None]] = {}
+        self.idle = IdleTimer(options.idle_before_close)
         self._acknowledging: task.LoopingCall | None = None
         #: Renews the leases held, from a thread of its own (:mod:`.leases`).
         self.keeper = LeaseKeeper(
@@ -164,7 +166,7 @@ class Scheduler(BaseScheduler):
                 "another try",
                 back,
             )
-        return self._look()
+        return self._look()[:2]
 
     def close(self, reason: str) -> Deferred[Any] | None:
         """Give back what was taken and not started (after the lease call running in a
@@ -325,6 +327,8 @@ class Scheduler(BaseScheduler):
                 continue
             self.holdings.taken.append((request, shard, lease_id))
         self._count("frontier/leased", len(leased.requests))
+        if leased.requests:
+            self.idle.busy()  # (taken by this worker's own call: no look saw them)
         if aside:
             try:
                 self._call(shard, 0, aside=aside)
@@ -372,7 +376,9 @@ class Scheduler(BaseScheduler):
             "frontier/returned_aside", say_returned(self.codec, shard, leased.returned, most)
         )
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
-        self._seen[shard] = (leased.waiting, leased.held - ours, self.clock())
+        now = self.clock()
+        due_at = None if leased.due_in is None else now + leased.due_in
+        self._seen[shard] = (leased.waiting, leased.held - ours, now, due_at)
 
     def _done(self, request: Request) -> None:
         held = self.holdings.in_flight.pop(request, None)
@@ -426,24 +432,19 @@ class Scheduler(BaseScheduler):
         if self.holdings.taken or self.incoming.unpushed or self._ahead is not None:
             return True
         try:
-            waiting, held = self._look()
+            waiting, held, due_at = self._look()
         except Exception as exc:  # Redis away: say pending, and look again later
             self.refusals.failed(exc, "look at the queue")
             return not self.refusals.stopping
-        now = self.clock()
-        if waiting or held:
-            self._empty_since = None
-            return True
-        if self._empty_since is None:
-            self._empty_since = now
-        return now - self._empty_since < self.options.idle_before_close
+        return self.idle.pending(self.clock(), bool(waiting or held), due_at)
 
-    def _look(self) -> tuple[int, int]:
-        """Priorities waiting and leases other workers hold, over every shard, each
-        shard called again if what it last said is older than LOOK_EVERY (acknowledging
-        what this worker is done with)."""
+    def _look(self) -> tuple[int, int, float | None]:
+        """Priorities waiting, leases other workers hold, and when the first retry is
+        due, over every shard, each called again if what it last said is older than
+        LOOK_EVERY (acknowledging what this worker is done with)."""
         assert self.queue is not None
         waiting = held = 0
+        due: list[float] = []
         for shard in self.queue.shards:
             seen = self._seen.get(shard)
             if seen is None or self.clock() - seen[2] >= LOOK_EVERY:
@@ -451,7 +452,8 @@ class Scheduler(BaseScheduler):
                 seen = self._seen[shard]
             waiting += seen[0]
             held += seen[1]
-        return waiting, held
+            due += [seen[3]] if seen[3] is not None else []
+        return waiting, held, min(due, default=None)
 
     def _count(self, name: str, n: int = 1) -> None:
         if n and self.stats is not None:

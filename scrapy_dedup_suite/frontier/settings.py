@@ -35,7 +35,8 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         0,
         Seconds(0.0, TEN_YEARS, "a number of seconds >= 0", low_open=False),
         "seconds a worker waits with nothing to take and nothing leased anywhere before "
-        "its spider goes idle (and closes, unless it waits for start URLs)",
+        "its spider goes idle (and closes, unless it waits for start URLs); a page to try "
+        "again that comes due within that time counts as something to take",
         owner="scrapy-redis",
         table="frontier",
     ),

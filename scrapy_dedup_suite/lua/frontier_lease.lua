@@ -22,7 +22,8 @@
 -- The pages due go back to the front of the queue before requests are leased.
 -- Returns {priorities waiting, leases held, reclaimed by this call, bad members set
 -- aside by this call, k: requests set aside by this call for coming back too often,
--- then those k requests' entries, then per request leased: its priority and entry};
+-- ms until the first page of KEYS[6] is due (-1: none), then those k requests'
+-- entries, then per request leased: its priority and entry};
 -- the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local later, bad = KEYS[6], KEYS[7]
@@ -124,7 +125,7 @@ end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
 local reclaimed = #back - released - due_back
 if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
-local out = { 0, 0, reclaimed, 0, #returned }
+local out = { 0, 0, reclaimed, 0, #returned, -1 }
 for _, entry in ipairs(returned) do out[#out + 1] = entry end
 local taken = 0
 while taken < n do
@@ -153,4 +154,6 @@ end
 out[1] = rcall('ZCARD', queue)
 out[2] = rcall('HLEN', leases)
 out[4] = bads
+local first_due = rcall('ZRANGE', later, 0, 0, 'WITHSCORES')[2]
+if first_due then out[6] = math.max(0, math.floor((tonumber(first_due) or 0) - now)) end
 return out
