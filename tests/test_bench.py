@@ -199,3 +199,12 @@ def test_crawl_bench_repeats_rounds_and_keeps_the_rows_asked_for(redis_server):
     assert set(rows) == {"memory", "sr scheduler, compact b.", "frontier compact b."}, out.stdout
     low, high = rows["frontier compact b."].rsplit("(", 1)[1].rstrip("x)").split("-")
     assert 0 < float(low) <= float(high), out.stdout  # the range of the two rounds' ratios
+
+
+def test_frontier_start_bench_runs(redis_server):
+    out = run_bench(
+        "bench.frontier_start", "--trials", "1", "--pages", "200", "--server", redis_server.binary
+    )
+    row = next(line for line in out.stdout.splitlines() if "trial 0" in line)
+    pages = row.split("pages [", 1)[1].split("]", 1)[0].split(", ")
+    assert sum(int(n) for n in pages) == 200, out.stdout  # every page, once

@@ -842,3 +842,61 @@ def test_the_worker_that_sets_a_request_aside_for_coming_back_too_often_names_it
     assert len(said) == 1 and "<http://example.com/poison>" in said[0], said
     assert scheduler.stats.get_value("frontier/returned_aside") == 1
     assert scheduler.stats.get_value("frontier/reclaimed") is None  # (the first, by the dying)
+
+
+@pytest.mark.single_server
+def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second(server, redis_url):
+    """A worker that starts while another holds every request finds nothing; the engine
+    asks again TAKE_EVERY (half a second) later, once however often it asked meanwhile, not
+    at its next heartbeat (before, issue 51: the second worker's first page came 5.6 s
+    after its start). Time is a test clock."""
+    from types import SimpleNamespace
+
+    from scrapy import Request
+    from twisted.internet.task import Clock
+
+    from scrapy_dedup_suite.frontier.scheduler import TAKE_EVERY
+
+    from .test_frontier_retry import RetrySpider, scheduler_for
+
+    scheduler = scheduler_for(redis_url)
+    clock = Clock()
+    woken: list[float] = []
+    slot = scheduler.crawler.engine._slot
+    slot.nextcall = SimpleNamespace(schedule=lambda: woken.append(clock.seconds()))
+    scheduler.waker.call_later = clock.callLater
+    assert scheduler.next_request() is None
+    clock.advance(TAKE_EVERY / 2)
+    assert scheduler.next_request() is None
+    clock.advance(TAKE_EVERY / 2)
+    assert woken == [TAKE_EVERY]
+    page = Request("http://example.com/later", callback=RetrySpider().parse)
+    shard = scheduler.queue.shards[0]
+    scheduler.queue.push(shard, [(0, scheduler.codec.encode(page, priority_apart=True))])
+    scheduler._seen.clear()  # (a second later)
+    assert scheduler.next_request().url == page.url
+    assert scheduler.next_request() is None  # (a wake asked for...)
+    scheduler.close("finished")
+    clock.advance(10 * TAKE_EVERY)
+    assert woken == [TAKE_EVERY]  # (... and cancelled by the close)
+
+
+@pytest.mark.single_server
+def test_a_worker_goes_idle_only_on_what_the_queue_says_now(server, redis_url):
+    """A worker whose last look (less than LOOK_EVERY ago) found nothing, while another
+    recorded its start request meanwhile (filtered here as seen): before, it went idle
+    and closed at once on that stale look, its peer doing the whole crawl alone; now it
+    looks again before it says nothing is pending. Time is the scheduler's clock,
+    stopped."""
+    from scrapy import Request
+
+    from .test_frontier_retry import RetrySpider, scheduler_for
+
+    scheduler = scheduler_for(redis_url)
+    scheduler.clock = lambda: 1000.0
+    scheduler._seen.clear()
+    assert not scheduler.has_pending_requests()  # nothing anywhere: idle
+    page = Request("http://example.com/start", callback=RetrySpider().parse)
+    other = FrontierQueue(server, [scheduler.queue_key])
+    other.push(other.shards[0], [(0, scheduler.codec.encode(page, priority_apart=True))])
+    assert scheduler.has_pending_requests()

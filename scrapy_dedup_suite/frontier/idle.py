@@ -6,9 +6,15 @@ yield more), a request this worker took itself, and a page kept for later
 (``FailedPagesMiddleware``) that comes due within SCHEDULER_IDLE_BEFORE_CLOSE: the
 worker waits for it rather than close with it due a moment later. One due after that
 is left for the next run, and the close says so.
+
+A worker whose request call found nothing while work may come asks again within a
+second (:class:`EngineWaker`), not at the engine's next heartbeat.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 
 class IdleTimer:
@@ -33,3 +39,42 @@ class IdleTimer:
         if self.since is None:
             self.since = now
         return now - self.since < self.wait
+
+
+class EngineWaker:
+    """Has the engine ask for requests again: :meth:`now` (a lease call in a thread
+    answered: what it brought, or that it brought none, while it ran the crawl could
+    not end), or :meth:`soon` (a request call found nothing while work may come: a
+    worker that starts while others hold every request, or one whose peers' pages
+    yield more). Else the engine asks at its next heartbeat, 5 s later."""
+
+    def __init__(self, slot: Callable[[], Any]) -> None:
+        self.slot = slot
+        self.closed = False
+        #: ``callLater`` of the reactor that runs (a test's clock may stand in).
+        self.call_later: Callable[..., Any] | None = None
+        self._soon: Any = None
+
+    def now(self) -> None:
+        slot = self.slot()
+        if slot is not None and not self.closed:
+            slot.nextcall.schedule()
+
+    def soon(self, delay: float) -> None:
+        """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""
+        if self.closed or (self._soon is not None and self._soon.active()):
+            return
+        call_later = self.call_later
+        if call_later is None:
+            from twisted.internet import reactor as installed  # the one Scrapy installed
+
+            reactor: Any = installed
+            if not reactor.running:
+                return
+            call_later = reactor.callLater
+        self._soon = call_later(delay, self.now)
+
+    def stop(self) -> None:
+        self.closed = True
+        if self._soon is not None and self._soon.active():
+            self._soon.cancel()

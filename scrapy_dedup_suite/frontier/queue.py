@@ -271,6 +271,16 @@ class FrontierQueue:
             if read < 1000:
                 return back
 
+    def unaside_all(self) -> int:
+        """:meth:`unaside` on every shard (a worker's start), said if any: how many."""
+        back = sum(self.unaside(shard) for shard in self.shards)
+        if back:
+            logger.info(
+                "Frontier: %d request(s) set aside put back in the queue for another try",
+                back,
+            )
+        return back
+
     def unlater(self, shard: Shard) -> int:
         """Put every page of ``shard`` waiting to be tried again in the queue now (the
         way back to scrapy-redis's): how many. Each chunk is pushed before it leaves:

@@ -37,7 +37,7 @@ from ..dupefilter import RFPDupeFilter
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
-from .idle import IdleTimer
+from .idle import EngineWaker, IdleTimer
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 #: The most often the idle checks look at the queue in Redis (seconds).
 LOOK_EVERY = 1.0
+#: The most often a worker that found nothing to take looks again (seconds).
+TAKE_EVERY = 0.5
 
 
 class Scheduler(BaseScheduler):
@@ -91,6 +93,7 @@ class Scheduler(BaseScheduler):
         #: forgotten when this worker enqueues.
         self._seen: dict[Shard, tuple[int, int, float, float | None]] = {}
         self.idle = IdleTimer(options.idle_before_close)
+        self.waker = EngineWaker(lambda: engine_slot(crawler))
         self._acknowledging: task.LoopingCall | None = None
         #: Renews the leases held, from a thread of its own (:mod:`.leases`).
         self.keeper = LeaseKeeper(
@@ -159,19 +162,14 @@ class Scheduler(BaseScheduler):
             self.flush()
         moved = take_over(self.queue, self.queue_key, self.codec, self.options.serializer)
         self._count("frontier/taken_over", moved)
-        back = sum(self.queue.unaside(shard) for shard in self.queue.shards)
-        if back:
-            logger.info(
-                "Frontier: %d request(s) set aside as undecodable put back in the queue for "
-                "another try",
-                back,
-            )
+        self.queue.unaside_all()
         return self._look()[:2]
 
     def close(self, reason: str) -> Deferred[Any] | None:
         """Give back what was taken and not started (after the lease call running in a
         thread, if any, answered), acknowledge what is done, flush unless persisting."""
         self._closed = True
+        self.waker.stop()
         if self._ahead is not None:
             return self._ahead.addBoth(lambda _: self._close(reason))
         self._close(reason)
@@ -232,6 +230,7 @@ class Scheduler(BaseScheduler):
         if not self.holdings.taken and self._ahead is None:
             self._take()
         if not self.holdings.taken:
+            self.waker.soon(TAKE_EVERY)  # (work may come: others hold leases...)
             return None
         request, shard, lease_id = self.holdings.taken.popleft()
         self.holdings.in_flight[request] = (shard, lease_id)
@@ -241,7 +240,7 @@ class Scheduler(BaseScheduler):
         return request
 
     def _shards_to_take(self) -> Iterator[Shard]:
-        """The shards in turn, less those found empty less than LOOK_EVERY ago (unless
+        """The shards in turn, less those found empty less than TAKE_EVERY ago (unless
         this worker enqueued since)."""
         assert self.queue is not None
         shards = self.queue.shards
@@ -250,7 +249,7 @@ class Scheduler(BaseScheduler):
             shard = shards[self._next_shard % len(shards)]
             self._next_shard += 1
             seen = self._seen.get(shard)
-            if seen is None or seen[0] or now - seen[2] >= LOOK_EVERY:
+            if seen is None or seen[0] or now - seen[2] >= TAKE_EVERY:
                 yield shard
 
     def _take(self) -> None:
@@ -290,27 +289,19 @@ class Scheduler(BaseScheduler):
             self._took(shard, leased)  # (after a close began: given back by the close)
             self.holdings.arriving = None
             self._forget_if_idle()
-            self._wake_engine()
+            self.waker.now()
 
         def failed(failure: Failure) -> None:
             self._ahead = None
             self._keep(shard, acks, later)
             self.refusals.failed(failure.value, "lease requests")
-            self._wake_engine()
+            self.waker.now()
 
         take, most = self.options.prefetch, self.options.max_returns
         ahead = self.in_thread(
             call, shard, self.lease_ms, take, acks, later=later, max_returns=most
         )
         self._ahead = ahead.addCallbacks(answered, failed)
-
-    def _wake_engine(self) -> None:
-        """The engine asks for requests again now (what a lease call in a thread brought,
-        or that it brought none: while it ran, the crawl could not end; else the engine
-        waits for its next heartbeat, 5 s)."""
-        slot = engine_slot(self.crawler)
-        if slot is not None and not self._closed:
-            slot.nextcall.schedule()
 
     def _took(self, shard: Shard, leased: Any) -> bool:
         """Decode what ``leased`` holds into the requests taken (those that cannot be
@@ -431,12 +422,17 @@ class Scheduler(BaseScheduler):
             return False  # (a key refused: the spider is closing)
         if self.holdings.taken or self.incoming.unpushed or self._ahead is not None:
             return True
-        try:
-            waiting, held, due_at = self._look()
-        except Exception as exc:  # Redis away: say pending, and look again later
-            self.refusals.failed(exc, "look at the queue")
-            return not self.refusals.stopping
-        return self.idle.pending(self.clock(), bool(waiting or held), due_at)
+        for fresh in (False, True):  # (idle only on what the shards say now)
+            if fresh:
+                self._seen.clear()
+            try:
+                waiting, held, due_at = self._look()
+            except Exception as exc:  # Redis away: say pending, and look again later
+                self.refusals.failed(exc, "look at the queue")
+                return not self.refusals.stopping
+            if self.idle.pending(self.clock(), bool(waiting or held), due_at):
+                return True
+        return False
 
     def _look(self) -> tuple[int, int, float | None]:
         """Priorities waiting, leases other workers hold, and when the first retry is
