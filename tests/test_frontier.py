@@ -864,7 +864,7 @@ def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second
     woken: list[float] = []
     slot = scheduler.crawler.engine._slot
     slot.nextcall = SimpleNamespace(schedule=lambda: woken.append(clock.seconds()))
-    scheduler.waker.call_later = clock.callLater
+    scheduler.waker.timer.call_later = clock.callLater
     assert scheduler.next_request() is None
     clock.advance(TAKE_EVERY / 2)
     assert scheduler.next_request() is None
@@ -900,3 +900,37 @@ def test_a_worker_goes_idle_only_on_what_the_queue_says_now(server, redis_url):
     other = FrontierQueue(server, [scheduler.queue_key])
     other.push(other.shards[0], [(0, scheduler.codec.encode(page, priority_apart=True))])
     assert scheduler.has_pending_requests()
+
+
+@pytest.mark.single_server
+def test_a_finished_page_is_acknowledged_within_ack_within_though_no_call_goes_to_its_shard(
+    server, redis_url
+):
+    """A page done with no other call to its shard after it (a leaf page of the last
+    shard a worker used, on a Cluster; the last page of a crawl): its acknowledgement is
+    sent by a call of its own ACK_WITHIN later, not held back until a lease call or the
+    lease's third (before, issue 51: pages a killed worker had parsed to the end were
+    fetched again). Time is a test clock."""
+    from scrapy import Request
+    from twisted.internet.task import Clock
+
+    from scrapy_dedup_suite.frontier.scheduler import ACK_WITHIN
+
+    from .test_frontier_retry import RetrySpider, done, handed_out, scheduler_for
+
+    scheduler = scheduler_for(redis_url, CONCURRENT_REQUESTS=1)
+    clock = Clock()
+    scheduler.acks_due.call_later = clock.callLater
+    shard = scheduler.queue.shards[0]
+    pages = [Request(f"http://example.com/{i}", callback=RetrySpider().parse) for i in range(2)]
+    entries = [(0, scheduler.codec.encode(page, priority_apart=True)) for page in pages]
+    scheduler.queue.push(shard, entries)  # (by another worker)
+    scheduler._seen.clear()  # (its open saw the queue empty: as if half a second passed)
+    first = handed_out(scheduler)
+    assert server.hlen(shard.leases) == 1
+    done(scheduler, first)
+    clock.advance(ACK_WITHIN / 2)
+    assert server.hlen(shard.leases) == 1  # (waits for a call that may take it along)
+    clock.advance(ACK_WITHIN / 2)
+    assert server.hlen(shard.leases) == 0
+    assert scheduler.stats.get_value("frontier/acknowledged") == 1

@@ -109,17 +109,17 @@ def wait_for(path, text: str, deadline: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.single_server
 @pytest.mark.parametrize("batched", [False, True], ids=["plain", "batched"])
 @pytest.mark.parametrize("kill_at", [1, 25])
 def test_a_killed_worker_loses_no_page_while_another_crawls_on(
     tmp_path, tree, redis_settings, server, batched, kill_at
 ):
-    """Two workers share a crawl; one is killed with SIGKILL inside the callback of the
-    ``kill_at``-th page it parses. The other, without a restart, takes back the dead
-    one's leases when they end (FRONTIER_LEASE = 1 s: it does not close while they are
-    held) and finishes: every page is fetched; the pages fetched twice are at most what
-    the dead worker had taken and not acknowledged (its prefetch and its downloads)."""
+    """Two workers share a crawl (on one server and on a Cluster); one is killed with
+    SIGKILL inside the callback of the ``kill_at``-th page it parses. The other, without
+    a restart, takes back the dead one's leases when they end (FRONTIER_LEASE = 1 s: it
+    does not close while they are held) and finishes: every page is fetched; the pages
+    fetched twice are among the leases it took back (what the dead worker held:
+    docs/frontier.md says what that is)."""
     extra = BATCHED if batched else {}
     settings = frontier(
         redis_settings, "compact", SCHEDULER_PERSIST=True, FRONTIER_LEASE=1, **extra
@@ -141,9 +141,8 @@ def test_a_killed_worker_loses_no_page_while_another_crawls_on(
     missing = sorted(set(range(tree.pages)) - set(pages))
     assert missing == [], (missing, err[-3000:])
     twice = sum(pages.values()) - tree.pages
-    assert twice <= 2 * 8  # its prefetch and its downloads (CONCURRENT_REQUESTS = 8)
     stats = json.loads((tmp_path / "survivor.json").read_text())["stats"]
-    assert stats["frontier/reclaimed"] >= 1  # the page the victim died on, at least
+    assert 1 <= twice <= stats["frontier/reclaimed"]  # (a page twice: a lease taken back)
 
 
 def persisted_by_scrapy_redis(tmp_path, tree: Site, redis_settings: dict, queue_class: str) -> dict:

@@ -41,28 +41,19 @@ class IdleTimer:
         return now - self.since < self.wait
 
 
-class EngineWaker:
-    """Has the engine ask for requests again: :meth:`now` (a lease call in a thread
-    answered: what it brought, or that it brought none, while it ran the crawl could
-    not end), or :meth:`soon` (a request call found nothing while work may come: a
-    worker that starts while others hold every request, or one whose peers' pages
-    yield more). Else the engine asks at its next heartbeat, 5 s later."""
+class OneShot:
+    """``call`` run ``delay`` seconds after :meth:`ask`, once however often asked
+    meanwhile, never after :meth:`stop`; by the reactor that runs (a test's clock may
+    stand in: :attr:`call_later`)."""
 
-    def __init__(self, slot: Callable[[], Any]) -> None:
-        self.slot = slot
-        self.closed = False
-        #: ``callLater`` of the reactor that runs (a test's clock may stand in).
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+        self.stopped = False
         self.call_later: Callable[..., Any] | None = None
-        self._soon: Any = None
+        self._pending: Any = None
 
-    def now(self) -> None:
-        slot = self.slot()
-        if slot is not None and not self.closed:
-            slot.nextcall.schedule()
-
-    def soon(self, delay: float) -> None:
-        """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""
-        if self.closed or (self._soon is not None and self._soon.active()):
+    def ask(self, delay: float) -> None:
+        if self.stopped or (self._pending is not None and self._pending.active()):
             return
         call_later = self.call_later
         if call_later is None:
@@ -72,9 +63,33 @@ class EngineWaker:
             if not reactor.running:
                 return
             call_later = reactor.callLater
-        self._soon = call_later(delay, self.now)
+        self._pending = call_later(delay, self.call)
 
     def stop(self) -> None:
-        self.closed = True
-        if self._soon is not None and self._soon.active():
-            self._soon.cancel()
+        self.stopped = True
+        if self._pending is not None and self._pending.active():
+            self._pending.cancel()
+
+
+class EngineWaker:
+    """Has the engine ask for requests again: :meth:`now` (a lease call in a thread
+    answered: what it brought, or that it brought none, while it ran the crawl could
+    not end), or :meth:`soon` (a request call found nothing while work may come: a
+    worker that starts while others hold every request, or one whose peers' pages
+    yield more). Else the engine asks at its next heartbeat, 5 s later."""
+
+    def __init__(self, slot: Callable[[], Any]) -> None:
+        self.slot = slot
+        self.timer = OneShot(self.now)
+
+    def now(self) -> None:
+        slot = self.slot()
+        if slot is not None and not self.timer.stopped:
+            slot.nextcall.schedule()
+
+    def soon(self, delay: float) -> None:
+        """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""
+        self.timer.ask(delay)
+
+    def stop(self) -> None:
+        self.timer.stop()

@@ -14,7 +14,8 @@ A graceful close gives back what was taken and not started. A page whose downloa
 failed for good is tried again later rather than acknowledged (:mod:`.later`).
 
 Round trips: one call per request recorded (as the dupefilter alone), one call per
-FRONTIER_PREFETCH requests taken; both carry the acknowledgements waiting. The next
+FRONTIER_PREFETCH requests taken; both carry the acknowledgements waiting, which a call
+of their own sends when none went to their shard within ACK_WITHIN (0.2 s). The next
 requests are leased in a thread once half of those taken are handed out, so that the
 engine seldom waits for Redis; the idle checks look at most once a second.
 """
@@ -37,7 +38,7 @@ from ..dupefilter import RFPDupeFilter
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
-from .idle import EngineWaker, IdleTimer
+from .idle import EngineWaker, IdleTimer, OneShot
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
@@ -56,6 +57,8 @@ logger = logging.getLogger(__name__)
 LOOK_EVERY = 1.0
 #: The most often a worker that found nothing to take looks again (seconds).
 TAKE_EVERY = 0.5
+#: The longest a finished page's acknowledgement waits for a call to its shard (s).
+ACK_WITHIN = 0.2
 
 
 class Scheduler(BaseScheduler):
@@ -94,11 +97,13 @@ class Scheduler(BaseScheduler):
         self._seen: dict[Shard, tuple[int, int, float, float | None]] = {}
         self.idle = IdleTimer(options.idle_before_close)
         self.waker = EngineWaker(lambda: engine_slot(crawler))
+        self.acks_due = OneShot(self._acknowledge)  # (when no other call took them)
         self._acknowledging: task.LoopingCall | None = None
         #: Renews the leases held, from a thread of its own (:mod:`.leases`).
         self.keeper = LeaseKeeper(
             lambda: self.queue, self.lease_ms, options.max_returns,
-            lambda: self.holdings.ids(self.later.waiting), self._reclaimed, self._renew_failed,
+            lambda: self.holdings.ids(self.later.waiting), self._reclaimed,
+            lambda exc: self.refusals.failed(exc, "renew its leases"),
         )  # fmt: skip
         #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
         #: its own, which a forced shutdown does not wait for.
@@ -170,6 +175,7 @@ class Scheduler(BaseScheduler):
         thread, if any, answered), acknowledge what is done, flush unless persisting."""
         self._closed = True
         self.waker.stop()
+        self.acks_due.stop()
         if self._ahead is not None:
             return self._ahead.addBoth(lambda _: self._close(reason))
         self._close(reason)
@@ -362,10 +368,8 @@ class Scheduler(BaseScheduler):
         """Count what a call to ``shard`` answered; remember what it said of the shard."""
         self._count("frontier/acknowledged", len(acks))
         self._count("frontier/reclaimed", leased.reclaimed)
-        most = self.options.max_returns
-        self._count(
-            "frontier/returned_aside", say_returned(self.codec, shard, leased.returned, most)
-        )
+        said = say_returned(self.codec, shard, leased.returned, self.options.max_returns)
+        self._count("frontier/returned_aside", said)
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
         now = self.clock()
         due_at = None if leased.due_in is None else now + leased.due_in
@@ -376,6 +380,7 @@ class Scheduler(BaseScheduler):
         if held is not None:
             if not self.later.done(request, *held):
                 keep_acks(self.holdings.acks, held[0], [held[1]])
+            self.acks_due.ask(ACK_WITHIN)
             self._forget_if_idle()
 
     def retry_later(self, request: Request) -> bool:
@@ -392,20 +397,17 @@ class Scheduler(BaseScheduler):
 
     def _reclaimed(self, shard: Shard, leased: Any) -> None:
         self._count("frontier/reclaimed", leased.reclaimed)
-        most = self.options.max_returns
-        self._count(
-            "frontier/returned_aside", say_returned(self.codec, shard, leased.returned, most)
-        )
-
-    def _renew_failed(self, exc: BaseException) -> None:
-        if not self._closed:
-            self.refusals.failed(exc, "renew its leases")
+        said = say_returned(self.codec, shard, leased.returned, self.options.max_returns)
+        self._count("frontier/returned_aside", said)
 
     def _acknowledge(self) -> None:
-        """Every third of the lease, on the reactor: acknowledge what this worker is
-        done with (and record what waits to be), when no other call did."""
+        """ACK_WITHIN after a page is done, and every third of the lease: acknowledge
+        what this worker is done with (and record what waits to be), when no other call
+        did."""
         if self.incoming.unpushed:
             self.incoming.push_unpushed()
+        if self.incoming.unpushed:
+            return  # (its parent may be among the acknowledgements)
         for shard in {*self.holdings.acks, *self.later.waiting}:
             try:
                 self._call(shard, 0)
