@@ -934,3 +934,19 @@ def test_a_finished_page_is_acknowledged_within_ack_within_though_no_call_goes_t
     clock.advance(ACK_WITHIN / 2)
     assert server.hlen(shard.leases) == 0
     assert scheduler.stats.get_value("frontier/acknowledged") == 1
+
+
+@pytest.mark.single_server
+def test_a_counter_that_is_not_a_number_is_set_aside_not_failed_on(server):
+    """The reclaimed counter holding another's value: HINCRBY failed every lease call
+    that reclaimed a lease (a worker retrying for ever); now the value goes to the bad
+    list as found, the count starts again, and dedup-info reads it."""
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    server.hset(shard.counters, "reclaimed", "lots")
+    queue.push(shard, [(0, b"\x01a")])
+    FrontierQueue(server, ["t:requests"]).call(shard, 0, take=1)  # a worker dies
+    answer = queue.call(shard, 60_000, take=1)
+    assert answer.reclaimed == 1 and [e for _, _, e in answer.requests] == [b"\x01a"]
+    assert server.lrange(shard.bad, 0, -1) == [b"counter reclaimed lots"]
+    assert queue.counts(shard).reclaimed == 1

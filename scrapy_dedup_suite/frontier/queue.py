@@ -355,7 +355,7 @@ class FrontierQueue:
             worker = lease_id.rpartition(":")[0]
             held_by[worker] = held_by.get(worker, 0) + 1
         ends_in = self._seconds_until(shard.expiries)
-        reclaimed = int(server.hget(shard.counters, "reclaimed") or 0)
+        reclaimed = whole_priority(server.hget(shard.counters, "reclaimed") or b"0") or 0
         memory = memory_usage(server, self.keys_of(shard, priorities))
         aside = int(server.llen(shard.aside))
         later, due_in = self.later(shard)

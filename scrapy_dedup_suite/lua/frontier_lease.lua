@@ -124,7 +124,14 @@ for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their orde
 end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
 local reclaimed = #back - released - due_back
-if reclaimed > 0 then rcall('HINCRBY', counters, 'reclaimed', reclaimed) end
+if reclaimed > 0 then
+  local count = rcall('HGET', counters, 'reclaimed')
+  if count and not (string.match(count, '^%d+$') and #count <= 15) then
+    set_bad('counter reclaimed ' .. count) -- (another's value: HINCRBY would fail each call)
+    rcall('HDEL', counters, 'reclaimed')
+  end
+  rcall('HINCRBY', counters, 'reclaimed', reclaimed)
+end
 local out = { 0, 0, reclaimed, 0, #returned, -1 }
 for _, entry in ipairs(returned) do out[#out + 1] = entry end
 local taken = 0
