@@ -367,9 +367,7 @@ class Scheduler(BaseScheduler):
     def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
         """Count what a call to ``shard`` answered; remember what it said of the shard."""
         self._count("frontier/acknowledged", len(acks))
-        self._count("frontier/reclaimed", leased.reclaimed)
-        said = say_returned(self.codec, shard, leased.returned, self.options.max_returns)
-        self._count("frontier/returned_aside", said)
+        self._reclaimed(shard, leased)
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
         now = self.clock()
         due_at = None if leased.due_in is None else now + leased.due_in
@@ -396,6 +394,7 @@ class Scheduler(BaseScheduler):
             self._seen.clear()
 
     def _reclaimed(self, shard: Shard, leased: Any) -> None:
+        """Count the leases a call to ``shard`` took back; name those it set aside."""
         self._count("frontier/reclaimed", leased.reclaimed)
         said = say_returned(self.codec, shard, leased.returned, self.options.max_returns)
         self._count("frontier/returned_aside", said)
