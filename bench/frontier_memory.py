@@ -2,18 +2,24 @@
 priority queue (its default: a sorted set of pickled request dicts) and its FIFO queue
 (a list of the same), on the suite's server.
 
-    python -m bench.frontier_memory [--requests 1000000] [--server BINARY]
+    python -m bench.frontier_memory [--requests 1000000] [--priorities 5]
+        [--urls shared|varied] [--extras] [--server BINARY]
 
 Each row alone in a flushed server: the growth of ``used_memory`` over n requests, /n.
-The requests are what a crawl queues: a GET of a 60-character URL with a callback, its
-depth (``priorities`` distinct priorities, as DEPTH_PRIORITY gives one per depth) and the
-Referer header RefererMiddleware gives a link (its parent's URL, of the same length),
-each encoded as its scheduler encodes it.
+The requests are what a crawl queues: a GET of a URL with a callback, its depth
+(``--priorities`` distinct priorities, as DEPTH_PRIORITY gives one per depth; as many
+as requests for a spider that scores each one) and the Referer header RefererMiddleware
+gives a link (its parent's URL), each encoded as its scheduler encodes it. URLs
+(``--urls``): ``shared``, 60 characters that share 44 with their Referer (one site's
+catalogue); ``varied``, 60 to 100 characters (80 on average) of random words on 20
+hosts, sharing little more than the host with their Referer. ``--extras``: each request
+also carries meta (an item id and a category) and cb_kwargs (a page number).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 from collections.abc import Callable
 
 import redis
@@ -36,20 +42,49 @@ class Spider:
         pass
 
 
-def requests(n: int, priorities: int) -> list[Request]:
+WORDS = (
+    "news", "sport", "world", "article", "product", "category", "item", "review",
+    "listing", "archive", "search", "page", "detail", "blue", "green", "travel", "hotel",
+    "city", "market", "price", "offer", "guide", "report",
+)  # fmt: skip
+
+
+def varied_url(i: int) -> str:
+    """A URL of 60 to 100 characters made of random words (the same for the same i)."""
+    rng = random.Random(i)
+    host = f"www.{rng.choice(WORDS)}{i % 20}.example.org"
+    url = f"https://{host}/{rng.choice(WORDS)}/{rng.choice(WORDS)}-{rng.randrange(10**8)}"
+    target = rng.randint(60, 100)
+    while len(url) < target - 6:
+        url += f"-{rng.choice(WORDS)}"
+    return (url + ".html?p=" + str(rng.randrange(100)))[:target]
+
+
+def shared_url(i: int) -> str:
+    return f"https://www.example.com/catalogue/item-{i:012d}/page.html?ref=abc"
+
+
+def requests(n: int, priorities: int, urls: str = "shared", extras: bool = False) -> list[Request]:
     spider = Spider()
-    return [
-        Request(
-            f"https://www.example.com/catalogue/item-{i:012d}/page.html?ref=abc",
-            callback=spider.parse,
-            priority=-(i % priorities),
-            meta={"depth": i % priorities},
-            headers={
-                "Referer": f"https://www.example.com/catalogue/item-{i // 5:012d}/page.html?ref=abc"
-            },
+    url = varied_url if urls == "varied" else shared_url
+    out = []
+    for i in range(n):
+        meta: dict[str, object] = {"depth": i % priorities}
+        kwargs = {}
+        if extras:
+            meta.update(item_id=i, category=WORDS[i % len(WORDS)])
+            kwargs = {"page": i % 50}
+        out.append(
+            Request(
+                url(i),
+                callback=spider.parse,
+                priority=-(i % priorities),
+                meta=meta,
+                cb_kwargs=kwargs,
+                headers={"Referer": url(i // 5)},
+            )
         )
-        for i in range(n)
-    ]
+    return out
 
 
 def scrapy_redis(kind: str) -> Callable[[redis.Redis, list[Request]], None]:
@@ -83,12 +118,14 @@ ROWS = [
 ]
 
 
-def section(label: str, binary: str, n: int, priorities: int) -> None:
-    sent = requests(n, priorities)
+def section(label: str, binary: str, n: int, priorities: int, urls: str, extras: bool) -> None:
+    sent = requests(n, priorities, urls, extras)
+    mean = sum(len(r.url) for r in sent) / n
     with started(binary) as client:
         info = client.info("server")
         print(f"{label}: Redis {info['redis_version']} ({binary}), {n:,} requests, "
-              f"{priorities} priorities")  # fmt: skip
+              f"{priorities:,} priorities, {urls} URLs ({mean:.0f} characters on average)"
+              f"{', with meta and cb_kwargs' if extras else ''}")  # fmt: skip
         base = None
         for name, load in ROWS:
             client.flushall()
@@ -105,10 +142,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1_000_000, metavar="N")
     parser.add_argument("--priorities", type=int, default=5, metavar="P")
+    parser.add_argument("--urls", choices=("shared", "varied"), default="shared")
+    parser.add_argument("--extras", action="store_true", help="meta and cb_kwargs too")
     parser.add_argument("--server", help="this server binary only (default: every one found)")
     args = parser.parse_args()
     for label, binary in servers(args.server):
-        section(label, binary, args.requests, args.priorities)
+        section(label, binary, args.requests, args.priorities, args.urls, args.extras)
 
 
 if __name__ == "__main__":

@@ -208,3 +208,12 @@ def test_frontier_start_bench_runs(redis_server):
     row = next(line for line in out.stdout.splitlines() if "trial 0" in line)
     pages = row.split("pages [", 1)[1].split("]", 1)[0].split(", ")
     assert sum(int(n) for n in pages) == 200, out.stdout  # every page, once
+
+
+def test_frontier_memory_bench_makes_varied_requests_with_extras(redis_server):
+    out = run_bench(
+        "bench.frontier_memory", "--requests", "2000", "--urls", "varied", "--extras",
+        "--priorities", "2000", "--server", redis_server.binary,
+    )  # fmt: skip
+    assert "2,000 priorities, varied URLs" in out.stdout and "with meta and cb_kwargs" in out.stdout
+    assert out.stdout.count("B/request") == 3, out.stdout
