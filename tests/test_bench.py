@@ -217,3 +217,12 @@ def test_frontier_memory_bench_makes_varied_requests_with_extras(redis_server):
     )  # fmt: skip
     assert "2,000 priorities, varied URLs" in out.stdout and "with meta and cb_kwargs" in out.stdout
     assert out.stdout.count("B/request") == 3, out.stdout
+
+
+def test_frontier_held_bench_counts_a_frozen_worker_s_leases(redis_server):
+    out = run_bench(
+        "bench.frontier_held", "--stops", "1", "--pages", "400", "--server", redis_server.binary
+    )
+    assert "1 stops of a worker alone" in out.stdout, out.stdout
+    held = out.stdout.split("leases held ", 1)[1].split("-", 1)[0]
+    assert int(held) >= 1, out.stdout  # (the page it was parsing, at least)
