@@ -238,6 +238,41 @@ def test_scrapy_redis_s_queue_is_taken_over_whole_with_its_priorities(server, ki
 
 
 @pytest.mark.single_server
+@pytest.mark.parametrize("kind", ["PriorityQueue", "FifoQueue"])
+def test_a_takeover_whose_first_chunk_is_all_stale_sets_it_aside_and_moves_the_rest(server, kind):
+    """The first chunk read (the highest priorities; the oldest of a FIFO queue) names a
+    callback the spider no longer has, every request of it: before, the takeover took
+    that for a serializer to set and moved none; now it looks further, finds requests
+    it can read, sets the stale chunk aside and moves the others."""
+    import pickle
+
+    from scrapy import Request
+    from scrapy_redis import queue as srq
+
+    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.takeover import take_over
+
+    spider = _Spider()
+    old = getattr(srq, kind)(server, spider, "%(spider)s:requests")
+    stale = []
+    for i in range(5):  # pushed first: the oldest, and the highest priority
+        fields = Request(f"http://example.com/stale/{i}", callback=spider.parse, priority=9)
+        fields = fields.to_dict(spider=spider)
+        fields["callback"] = "a_callback_long_gone"
+        stale.append(pickle.dumps(fields, protocol=-1))
+        if kind == "PriorityQueue":
+            server.zadd("site:requests", {stale[-1]: -9})
+        else:
+            server.lpush("site:requests", stale[-1])
+    for i in range(7):
+        old.push(Request(f"http://example.com/{i}", callback=spider.parse))
+    queue = FrontierQueue(server, ["site:requests"])
+    assert take_over(queue, "site:requests", RequestCodec(spider), chunk=5) == 7
+    assert sorted(server.lrange(queue.shards[0].bad, 0, -1)) == sorted(stale)
+    assert not server.exists("site:requests")
+
+
+@pytest.mark.single_server
 def test_a_takeover_refuses_an_unreadable_queue_and_leaves_it_there(server):
     from scrapy_dedup_suite.exceptions import DedupConfigError
     from scrapy_dedup_suite.frontier.codec import RequestCodec

@@ -76,7 +76,8 @@ def take_over(
         shard = queue.shards[turn % len(queue.shards)]
         turn += 1
         if stale:
-            if not args and not moved and refusal is not None:
+            first = not args and not moved and not aside
+            if refusal and first and not _any_readable(server, kind, source, old, codec, chunk):
                 raise refusal  # none of the queue can be read: its serializer, not a request
             aside += _set_aside(server, kind, source, stale, shard.bad)
             if not args:
@@ -98,6 +99,28 @@ def take_over(
             source,
         )
     return moved
+
+
+def _any_readable(
+    server: Any, kind: str, source: str, old: Serializer, codec: RequestCodec, chunk: int
+) -> bool:
+    """Whether any request of the old queue past its first ``chunk`` can be read: then
+    the unreadable ones are stale requests to set aside, not a serializer to set."""
+    start = chunk
+    while True:
+        if kind == "zset":
+            members = server.zrange(source, start, start + chunk - 1)
+        else:
+            members = server.lrange(source, -start - chunk, -start - 1)[::-1]
+        for member in members:
+            try:
+                _read(old, member, codec, source)
+                return True
+            except DedupConfigError:
+                continue
+        if len(members) < chunk:
+            return False
+        start += chunk
 
 
 def _set_aside(server: Any, kind: str, source: str, members: list[bytes], bad: str) -> int:
