@@ -8,7 +8,8 @@ priority queue (its default: a sorted set of pickled request dicts) and its FIFO
 Each row alone in a flushed server: the growth of ``used_memory`` over n requests, /n.
 The requests are what a crawl queues: a GET of a URL with a callback, its depth
 (``--priorities`` distinct priorities, as DEPTH_PRIORITY gives one per depth; as many
-as requests for a spider that scores each one) and the Referer header RefererMiddleware
+as requests for a spider that scores each one; the requests come in no order of
+priority, each pushed at the back of its own) and the Referer header RefererMiddleware
 gives a link (its parent's URL), each encoded as its scheduler encodes it. URLs
 (``--urls``): ``shared``, 60 characters that share 44 with their Referer (one site's
 catalogue); ``varied``, 60 to 100 characters (80 on average) of random words on 20
@@ -67,6 +68,8 @@ def shared_url(i: int) -> str:
 def requests(n: int, priorities: int, urls: str = "shared", extras: bool = False) -> list[Request]:
     spider = Spider()
     url = varied_url if urls == "varied" else shared_url
+    order = list(range(priorities))
+    random.Random(0).shuffle(order)  # (in no order: a score each lands anywhere)
     out = []
     for i in range(n):
         meta: dict[str, object] = {"depth": i % priorities}
@@ -78,7 +81,7 @@ def requests(n: int, priorities: int, urls: str = "shared", extras: bool = False
             Request(
                 url(i),
                 callback=spider.parse,
-                priority=-(i % priorities),
+                priority=-order[i % priorities],
                 meta=meta,
                 cb_kwargs=kwargs,
                 headers={"Referer": url(i // 5)},

@@ -92,7 +92,7 @@ def test_a_refused_record_call_leaves_its_acknowledgements_to_the_next(server, m
     shard = queue.shards[0]
     queue.push(shard, [(0, b"a"), (0, b"b")])
     ids = [lease_id for lease_id, _, _ in queue.call(shard, 60_000, take=2).requests]
-    server.set(shard.list_key(7), "not a list")
+    server.set(shard.counters, "not a hash")
     acks = {shard: list(ids)}
     seen, failed = record_and_enqueue(backend, queue, fps(1), [None], [(7, b"c")], acks)
     assert seen == [None] and "WRONGTYPE" in str(failed[0].error)
@@ -762,7 +762,8 @@ def test_members_that_are_not_the_frontier_s_are_set_aside_and_the_good_ones_lea
     server, make_backend, caplog
 ):
     """Data read from Redis is untrusted (issue 51): a member of `:later` or `:aside`
-    without a priority, a lease whose value is garbage, a priority "abc" in the queue.
+    without a priority, a lease whose value is garbage, a member "abc" of the queue (not
+    a run of requests).
     Before, each stopped every lease call (a Lua error on a nil) or was lost; now each
     goes to the shard's `:bad` list as found, with one ERROR, and the good requests
     beside them are leased."""
@@ -776,7 +777,6 @@ def test_members_that_are_not_the_frontier_s_are_set_aside_and_the_good_ones_lea
     server.hset(shard.leases, "dead:1", "nonsense")
     server.zadd(shard.expiries, {"dead:1": 0})
     server.zadd(shard.queue, {"abc": -1_000_000})
-    server.rpush(shard.list_key("abc"), "an entry under no priority")
     with caplog.at_level("ERROR"):
         back = queue.unaside(shard)
         leased = queue.call(shard, 60_000, take=10)
@@ -784,11 +784,10 @@ def test_members_that_are_not_the_frontier_s_are_set_aside_and_the_good_ones_lea
     entries = sorted(entry for _, _, entry in leased.requests)
     assert entries == [b"good-0", b"good-5", b"good-aside", b"good-later"]
     assert sorted(server.lrange(shard.bad, 0, -1)) == sorted(
-        [b"also garbage", b"garbage-without-a-space", b"nonsense", b"priority abc"]
+        [b"also garbage", b"garbage-without-a-space", b"nonsense", b"queue abc"]
     )
     assert server.hlen(shard.leases) == 4 and not server.zscore(shard.expiries, "dead:1")
     assert server.zcard(shard.later) == 0 and server.llen(shard.aside) == 0
-    assert server.lrange(shard.list_key("abc"), 0, -1) == [b"an entry under no priority"]
     said = [r.getMessage() for r in caplog.records if "not the frontier's" in r.getMessage()]
     assert len(said) == 2 and all(shard.bad in line for line in said)
     # And the next call is an ordinary one.
@@ -824,7 +823,7 @@ def test_a_request_that_comes_back_too_often_is_set_aside_and_named(server):
 
 @pytest.mark.single_server
 def test_handback_and_unlater_set_aside_members_that_do_not_parse(server):
-    """Garbage in the queue's priorities, in a list and in the pages kept for later:
+    """Garbage in the queue's members, in a run and in the pages kept for later:
     the hand-back moves every good request and keeps the rest in the shard's bad list,
     never a ValueError half-way (issue 51)."""
     from scrapy import Request
@@ -839,7 +838,7 @@ def test_handback_and_unlater_set_aside_members_that_do_not_parse(server):
     shard = queue.shards[0]
     good = [Request(f"http://example.com/{i}", callback=spider.parse) for i in range(3)]
     queue.push(shard, [(0, codec.encode(r, priority_apart=True)) for r in good])
-    server.rpush(shard.list_key(0), b"\x09not an entry")
+    queue.push(shard, [(0, b"\x09not an entry")])
     server.zadd(shard.queue, {"abc": -1})
     later = codec.encode(Request("http://example.com/later", callback=spider.parse), True)
     not_due = 2**50  # (ms: the lease calls leave them; unlater moves them)
@@ -850,7 +849,7 @@ def test_handback_and_unlater_set_aside_members_that_do_not_parse(server):
     urls = sorted(r.url for r in iter(old.pop, None))
     assert urls == sorted([r.url for r in good] + ["http://example.com/later"])
     assert sorted(server.lrange(shard.bad, 0, -1)) == sorted(
-        [b"\x09not an entry", b"priority abc", b"x y", b"nospace"]
+        [b"0 \x09not an entry", b"queue abc", b"x y", b"nospace"]
     )
     assert not server.exists(shard.later) and not server.exists(shard.queue)
 

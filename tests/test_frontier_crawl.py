@@ -196,7 +196,7 @@ def test_a_redis_spider_reads_its_start_urls_from_redis_and_crawls_every_page(
 def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
     tmp_path, tree, redis_settings, server
 ):
-    """Garbage in `:later` and `:aside`, a priority "abc" in the queue and a garbage
+    """Garbage in `:later` and `:aside`, a member "abc" in the queue and a garbage
     lease: the crawl opens, sets them aside with one line each call that meets them, and
     fetches every page, as a crawl over clean keys (issue 51; before, 0 pages and a Lua
     error at open). A deadline, not a margin: run_script's timeout."""
@@ -211,7 +211,6 @@ def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
     server.zadd(shard.later, {"garbage": 0})
     server.rpush(shard.aside, "garbage too")
     server.zadd(shard.queue, {"abc": -1})
-    server.rpush(shard.list_key("abc"), "x")
     server.hset(shard.leases, "gone:1", "nonsense")
     server.zadd(shard.expiries, {"gone:1": 0})
     result = crawl(tmp_path, tree, settings, "bad")
@@ -229,16 +228,16 @@ def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
 
 
 @pytest.mark.single_server
-@pytest.mark.parametrize("where", ["lease", "record", "open"])
+@pytest.mark.parametrize("where", ["lease", "counters", "open"])
 def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     tmp_path, tree, redis_settings, server, where
 ):
-    """A priority's list holding a string: every call to its shard fails the same way.
-    Before, the worker retried each second for ever, saying it had work pending; now it
-    says which key, once, and closes (reason frontier_key_refused), the key untouched.
-    ``lease``: a priority above the start request's (met by the lease call); ``record``:
-    the start request's own priority (met by the call that records and enqueues it);
-    ``open``: the queue itself (met at the open: before, a CRITICAL traceback)."""
+    """A key of the frontier's holding a string: every call to its shard fails the same
+    way. Before, the worker retried each second for ever, saying it had work pending
+    (a priority's list, in the layout before runs); now it says which key, once, and
+    closes (reason frontier_key_refused), the key untouched. ``lease``: the pages to try
+    again later (met by the lease calls only); ``counters``: met by every call, the
+    first at the open; ``open``: the queue itself (before, a CRITICAL traceback)."""
     from scrapy.settings import Settings
 
     from scrapy_dedup_suite.backends import build_backend
@@ -247,10 +246,7 @@ def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True)
     backend = build_backend(Settings(settings), "cases")
     shard = FrontierQueue.for_backend(backend, "cases:requests").shards[0]
-    priority = 5 if where == "lease" else 0
-    key = shard.queue if where == "open" else shard.list_key(priority)
-    if where != "open":
-        server.zadd(shard.queue, {str(priority): -priority})
+    key = {"lease": shard.later, "counters": shard.counters, "open": shard.queue}[where]
     server.set(key, "not a list")
     args = {"site": tree.url, "start": [0], "settings": settings}
     # A deadline, not a margin: before, the crawl never ended.

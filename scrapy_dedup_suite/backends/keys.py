@@ -238,7 +238,7 @@ def hash_tag(key: str) -> str:
 
 
 def frontier_key(anchor: str) -> str:
-    """The frontier's queue shard in ``anchor``'s slot (the sorted set of its
-    priorities; beside it ``:leases``, ``:expiries``, ``:counters`` and a list per
-    priority, ``:<priority>``)."""
+    """The frontier's queue shard in ``anchor``'s slot (a sorted set of runs of
+    requests; beside it ``:leases``, ``:expiries``, ``:counters``, ``:aside``,
+    ``:later`` and ``:bad``)."""
     return "{" + hash_tag(anchor) + "}:frontier"

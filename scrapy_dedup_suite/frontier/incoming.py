@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
-from .queue import FrontierQueue
+from .queue import FrontierQueue, stored_priority
 from .record import Acks, keep_acks, record_and_enqueue
 from .refusals import wrong_type
 
@@ -174,7 +174,7 @@ class Incoming:
             batch.todo.append(i)
             batch.fingerprints.append(fp)
             batch.expires.append(df.expiry.of(request) if df.uses_expire else None)
-            batch.queued.append((request.priority, entry))
+            batch.queued.append((stored_priority(request.priority), entry))
         return batch
 
     def send(self, batch: Prepared) -> list[bool | None]:

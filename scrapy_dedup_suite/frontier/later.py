@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .codec import RequestCodec, RequestEncodingError
-from .queue import FrontierQueue, Shard
+from .queue import FrontierQueue, Shard, stored_priority
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -59,7 +59,7 @@ class RetryLater:
             logger.warning("The frontier cannot try %s again later: %s", request, exc)
             return False
         delay_ms = round(self.delay * 1000 * 2**tries)
-        self._decided[request] = (request.priority, entry, delay_ms)
+        self._decided[request] = (stored_priority(request.priority), entry, delay_ms)
         self._count("frontier/retry_later")
         return True
 

@@ -6,15 +6,16 @@ that recording a request and enqueueing it stay one call per slot group (a reque
 recorded and never enqueued would be lost: its parent, fetched again, finds it seen)
 and no single key holds the frontier. A shard (``lua/frontier.lua``):
 
-- ``{tag}:frontier``: a sorted set of the priorities with requests waiting, and per
-  priority a list ``{tag}:frontier:<priority>`` of encoded requests
-  (:mod:`.codec`), first in first out: lists keep the server's compact encoding
-  (a listpack costs an entry about its length plus 3 bytes);
+- ``{tag}:frontier``: a sorted set of runs of up to 16 encoded requests (:mod:`.codec`)
+  each with its priority, the highest priority first and first in first out within
+  one (``lua/frontier_runs.lua``): a spider that gives each request a priority of its
+  own pays no key per priority, and a run's member costs its requests about their
+  length plus 6 bytes;
 - ``{tag}:frontier:leases``: a hash, lease id -> priority and entry, of the requests
   workers took and have not acknowledged; ``{tag}:frontier:expiries``: a sorted set,
   lease id -> when the lease ends (the server's clock, ms);
 - ``{tag}:frontier:counters``: a hash (``reclaimed``: leases that ended unacknowledged
-  and went back to the queue);
+  and went back to the queue; ``waiting``: requests in the queue);
 - ``{tag}:frontier:aside``: a list of the requests a worker could not decode (their
   callback gone from the spider, a serializer changed), set aside rather than given
   back again and again; a worker's start gives them another try;
@@ -45,8 +46,16 @@ from ..exceptions import DedupConfigError
 logger = logging.getLogger(__name__)
 
 
-#: A priority as the frontier writes it (``frontier_priority`` in ``lua/frontier.lua``).
+#: A priority as the frontier writes it (``frontier_priority`` in ``lua/frontier_runs.lua``).
 _PRIORITY = re.compile(rb"-?[0-9]{1,15}")
+#: The highest priority the frontier stores (and minus it, the lowest): a request's
+#: beyond is stored at the bound.
+PRIORITY_BOUND = 10**15 - 1
+
+
+def stored_priority(priority: int) -> int:
+    """``priority`` as the frontier stores it: a whole number within PRIORITY_BOUND."""
+    return max(-PRIORITY_BOUND, min(PRIORITY_BOUND, int(priority)))
 
 
 def whole_priority(text: bytes | str) -> int | None:
@@ -61,6 +70,32 @@ def parse_member(member: bytes) -> tuple[int, bytes] | None:
     text, space, entry = bytes(member).partition(b" ")
     priority = whole_priority(text)
     return None if not space or priority is None else (priority, entry)
+
+
+#: A run's head after its place (6 bytes): how many requests (a byte), the last one's
+#: priority and ';'; then per request "<priority>,<length of entry>:" and the entry.
+_HEAD = re.compile(rb"(.)(-?[0-9]{1,15});", re.DOTALL)
+_RECORD = re.compile(rb"(-?[0-9]{1,15}),([0-9]{1,9}):")
+
+
+def parse_run(member: bytes) -> list[tuple[int, bytes]] | None:
+    """A member of the queue read back: its requests (priority, entry), or None for
+    anything that is not a run (``frontier_run`` in ``lua/frontier_runs.lua``)."""
+    member = bytes(member)
+    head = _HEAD.match(member, 6)
+    if len(member) < 12 or head is None:
+        return None
+    records, at = [], head.end()
+    while at < len(member):
+        found = _RECORD.match(member, at)
+        if found is None:
+            return None
+        start = found.end()
+        at = start + int(found.group(2))
+        if at > len(member):
+            return None
+        records.append((int(found.group(1)), member[start:at]))
+    return records if len(records) == head.group(1)[0] else None
 
 
 def entry_of(item: bytes) -> bytes:
@@ -88,9 +123,6 @@ class Shard:
     def counters(self) -> str:
         return f"{self.queue}:counters"
 
-    def list_key(self, priority: int | str) -> str:
-        return f"{self.queue}:{priority}"
-
     @property
     def aside(self) -> str:
         return f"{self.queue}:aside"
@@ -114,15 +146,15 @@ class Shard:
     @property
     def record_keys(self) -> list[str]:
         """The keys a record-and-enqueue call ends with (``frontier_take``)."""
-        return [self.queue, self.leases, self.expiries]
+        return [self.queue, self.leases, self.expiries, self.counters]
 
 
 @dataclass
 class Leased:
     """What one call to a shard answered."""
 
-    #: Priorities with requests waiting in the shard, and leases held there (by any
-    #: worker), after the call.
+    #: Runs of requests waiting in the shard, and leases held there (by any worker),
+    #: after the call.
     waiting: int
     held: int
     #: Leases of dead workers this call returned to the queue.
@@ -206,7 +238,7 @@ class FrontierQueue:
         one call per 1,000."""
         pushed = 0
         for batch in chunks(requests):
-            args: list[Any] = [x for priority, entry in batch for x in (priority, entry)]
+            args: list[Any] = [x for p, entry in batch for x in (stored_priority(p), entry)]
             pushed += int(scripts.FRONTIER_PUSH(self.server, shard.record_keys, [*args, 0, 0]))
         return pushed
 
@@ -263,7 +295,7 @@ class FrontierQueue:
         queue, 1,000 per call): how many."""
         back = 0
         while True:
-            keys = [shard.queue, shard.aside, shard.bad]
+            keys = [shard.queue, shard.aside, shard.bad, shard.counters]
             read, bad = (int(n) for n in scripts.FRONTIER_UNASIDE(self.server, keys, [1000]))
             back += read - bad
             if bad:
@@ -304,36 +336,29 @@ class FrontierQueue:
 
     # -- seen from outside ---------------------------------------------------------------
 
-    def keys_of(self, shard: Shard, priorities: list[str] | None = None) -> list[str]:
-        """The shard's keys that exist (``priorities``: its priorities, if just read)."""
-        if priorities is None:
-            priorities = [as_str(p) for p in self.server.zrange(shard.queue, 0, -1)]
-        keys = [shard.queue, *(shard.list_key(p) for p in priorities)]
-        keys += [shard.leases, shard.expiries, shard.counters, shard.aside, shard.later]
-        keys.append(shard.bad)
+    def keys_of(self, shard: Shard) -> list[str]:
+        """The shard's keys that exist."""
+        keys = [shard.queue, shard.leases, shard.expiries, shard.counters, shard.aside]
+        keys += [shard.later, shard.bad]
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
         return [key for key, there in zip(keys, pipe.execute()) if there]
 
-    def check(self, shard: Shard, priorities: Sequence[str] | None = None) -> None:
+    def check(self, shard: Shard) -> None:
         """Refuse, naming it, a key of ``shard`` that holds another type (another
-        program's, or damaged): it is never read as the frontier's, nor deleted. The
-        shard's own keys; with ``priorities``, the lists of those priorities instead."""
-        if priorities is None:
-            kinds = [
-                (shard.queue, "zset", "queue of priorities"), (shard.leases, "hash", "leases"),
-                (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
-                (shard.aside, "list", "requests set aside"),
-                (shard.later, "zset", "pages to try again later"),
-                (shard.bad, "list", "members set aside as bad"),
-            ]  # fmt: skip
-        else:
-            kinds = [(shard.list_key(p), "list", f"requests at priority {p}") for p in priorities]
+        program's, or damaged): it is never read as the frontier's, nor deleted."""
+        kinds = [
+            (shard.queue, "zset", "queue"), (shard.leases, "hash", "leases"),
+            (shard.expiries, "zset", "lease expiries"), (shard.counters, "hash", "counters"),
+            (shard.aside, "list", "requests set aside"),
+            (shard.later, "zset", "pages to try again later"),
+            (shard.bad, "list", "members set aside as bad"),
+        ]  # fmt: skip
         pipe = self.server.pipeline(transaction=False)
         for key, _, _ in kinds:
             pipe.type(key)
-        for (key, kind, what), found in zip(kinds, pipe.execute() if kinds else []):
+        for (key, kind, what), found in zip(kinds, pipe.execute()):
             if as_str(found) not in ("none", kind):
                 raise DedupConfigError(
                     f"{key!r} holds a {as_str(found)}, not the frontier's {what} (a {kind}); "
@@ -343,12 +368,8 @@ class FrontierQueue:
     def counts(self, shard: Shard) -> ShardCounts:
         server = self.server
         self.check(shard)  # (before the queue is read)
-        priorities = [as_str(p) for p in server.zrange(shard.queue, 0, -1)]
-        self.check(shard, priorities)
-        pipe = server.pipeline(transaction=False)
-        for p in priorities:
-            pipe.llen(shard.list_key(p))
-        waiting = sum(int(n) for n in pipe.execute()) if priorities else 0
+        waiting = whole_priority(server.hget(shard.counters, "waiting") or b"0") or 0
+        waiting = max(0, waiting) if server.exists(shard.queue) else 0  # (see frontier_count)
         ids = [as_str(i) for i in server.hkeys(shard.leases)]
         held_by: dict[str, int] = {}
         for lease_id in ids:
@@ -356,7 +377,7 @@ class FrontierQueue:
             held_by[worker] = held_by.get(worker, 0) + 1
         ends_in = self._seconds_until(shard.expiries)
         reclaimed = whole_priority(server.hget(shard.counters, "reclaimed") or b"0") or 0
-        memory = memory_usage(server, self.keys_of(shard, priorities))
+        memory = memory_usage(server, self.keys_of(shard))
         aside = int(server.llen(shard.aside))
         later, due_in = self.later(shard)
         return ShardCounts(

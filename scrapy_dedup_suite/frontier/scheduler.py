@@ -91,7 +91,7 @@ class Scheduler(BaseScheduler):
         self.refusals = Refusals(crawler, self.incoming.quiet)
         self.incoming.on_refused = self.refusals.failed
         self._next_shard = 0
-        #: Per shard, what its last call said: priorities waiting, leases other workers
+        #: Per shard, what its last call said: runs waiting, leases other workers
         #: hold, when (by :attr:`clock`), and when its first retry is due (or None);
         #: forgotten when this worker enqueues.
         self._seen: dict[Shard, tuple[int, int, float, float | None]] = {}
@@ -152,7 +152,7 @@ class Scheduler(BaseScheduler):
             "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
             len(self.queue.shards),
             self.queue.shards[0].queue,
-            f"requests waiting at {waiting:,} priority level(s) (dedup-info counts them)"
+            f"requests waiting in {waiting:,} run(s) of up to 16 (dedup-info counts them)"
             if waiting
             else "no request waiting",
             held,
@@ -160,7 +160,7 @@ class Scheduler(BaseScheduler):
 
     def _open_queue(self) -> tuple[int, int]:
         """Flush (SCHEDULER_FLUSH_ON_START), take over scrapy-redis's queue, give what
-        was set aside another try; then what the shards say (priorities waiting, leases
+        was set aside another try; then what the shards say (runs waiting, leases
         held)."""
         assert self.queue is not None
         if self.options.flush_on_start:
@@ -436,7 +436,7 @@ class Scheduler(BaseScheduler):
         return False
 
     def _look(self) -> tuple[int, int, float | None]:
-        """Priorities waiting, leases other workers hold, and when the first retry is
+        """Runs waiting, leases other workers hold, and when the first retry is
         due, over every shard, each called again if what it last said is older than
         LOOK_EVERY (acknowledging what this worker is done with)."""
         assert self.queue is not None

@@ -31,7 +31,7 @@ from .. import scripts
 from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
 from .codec import PickleSerializer, RequestCodec, RequestEncodingError, Serializer
-from .queue import FrontierQueue, Shard, entry_of, whole_priority
+from .queue import FrontierQueue, Shard, entry_of, parse_run, stored_priority
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ def take_over(
                 stale.append(member)
                 refusal = refusal or exc
                 continue
-            args += [member, request.priority, codec.encode(request, priority_apart=True)]
+            entry = codec.encode(request, priority_apart=True)
+            args += [member, stored_priority(request.priority), entry]
         shard = queue.shards[turn % len(queue.shards)]
         turn += 1
         if stale:
@@ -85,9 +86,10 @@ def take_over(
         if queue.cluster:
             queue.push(shard, [(args[i + 1], args[i + 2]) for i in range(0, len(args), 3)])
             _remover(server, kind)(source, *members)
-            moved += len(members)
+            moved += len(args) // 3
         else:
-            moved += int(scripts.FRONTIER_TAKEOVER(server, [source, shard.queue], args))
+            keys = [source, shard.queue, shard.counters]
+            moved += int(scripts.FRONTIER_TAKEOVER(server, keys, args))
     if moved:
         logger.info("Took over %d request(s) of scrapy-redis's queue %r", moved, source)
     if aside:
@@ -194,45 +196,43 @@ def hand_back(
     for shard in queue.shards:
         done.set_aside += queue.unaside(shard)  # (else left behind in the frontier's keys)
         done.later += queue.unlater(shard)
-        for priority in [as_str(p) for p in server.zrange(shard.queue, 0, -1)]:
-            number = whole_priority(priority)
-            if number is None:  # (its list, if any, is left where it is)
-                queue.set_bad(shard, [f"priority {priority}"])
-            else:
-                key = shard.list_key(priority)
-                done.moved += _hand_back_list(queue, shard, key, number, target, codec, old, chunk)
-            server.zrem(shard.queue, priority)
+        done.moved += _hand_back_runs(queue, shard, target, codec, old, chunk)
     return done
 
 
-def _hand_back_list(
+def _hand_back_runs(
     queue: FrontierQueue,
     shard: Shard,
-    key: str,
-    priority: int,
     target: str,
     codec: RequestCodec,
     old: Serializer,
     chunk: int,
 ) -> int:
-    """Move the requests of ``shard``'s list ``key`` (at ``priority``) into ``target``,
-    each chunk added there before it leaves; an entry that cannot be read goes to the
-    shard's bad members. How many moved."""
+    """Move the requests of ``shard``'s queue into ``target``, each chunk of runs added
+    there before it leaves; a member that is not a run, or a request that cannot be
+    read, goes to the shard's bad members. How many moved."""
     server, moved = queue.server, 0
-    while entries := server.lrange(key, 0, chunk - 1):
-        members, bad = {}, []
-        for item in entries:
-            try:
-                fields = codec.fields(entry_of(item), priority)
-            except RequestEncodingError:
-                bad.append(item)
+    while members := server.zrange(shard.queue, 0, max(1, chunk // 16) - 1):
+        out: dict[bytes | str, int] = {}
+        bad: list[bytes] = []
+        for member in members:
+            records = parse_run(member)
+            if records is None:
+                bad.append(b"queue " + bytes(member))
                 continue
-            members[old.dumps(fields)] = -priority
-        if members:
-            server.zadd(target, members)
+            for priority, item in records:
+                try:
+                    fields = codec.fields(entry_of(item), priority)
+                except RequestEncodingError:
+                    bad.append(b"%d %s" % (priority, item))
+                    continue
+                out[old.dumps(fields)] = -priority
+        if out:
+            server.zadd(target, out)
         queue.set_bad(shard, bad)
-        server.ltrim(key, len(entries), -1)
-        moved += len(members)
+        server.zrem(shard.queue, *members)
+        moved += len(out)
+    server.hdel(shard.counters, "waiting")  # (the queue is empty)
     return moved
 
 

@@ -2,14 +2,15 @@
 -- A worker's one call to a shard of the frontier: acknowledge, renew and give back
 -- the leases it names, return to the queue what a dead worker held past its lease,
 -- then lease up to n requests.
--- KEYS[1]: the shard's queue (frontier.lua), KEYS[2]: its leases (a hash: lease id ->
--- priority, a space, the entry), KEYS[3]: their expiries (a sorted set: lease id ->
--- the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed),
+-- KEYS[1]: the shard's queue (frontier_runs.lua), KEYS[2]: its leases (a hash: lease
+-- id -> priority, a space, the entry), KEYS[3]: their expiries (a sorted set: lease id
+-- -> the server's time in ms when it ends), KEYS[4]: its counters (a hash: reclaimed,
+-- waiting),
 -- KEYS[5]: the requests set aside (a list of "priority entry": a worker could not
 -- decode them), KEYS[6]: the pages to try again later (a sorted set: "priority entry"
 -- -> the server's time in ms when it is due), KEYS[7]: members of these keys that are
--- not the frontier's (a list, each as it was found; a priority of the queue that is
--- not a whole number as "priority <member>").
+-- not the frontier's (a list, each as it was found; a member of the queue that is not
+-- a run as "queue <member>").
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
 -- ARGV[4]: the number of its first new lease, ARGV[5]: how many times a request may come
 -- back from workers that held it past their lease (0: no bound; once more, it is set
@@ -20,8 +21,8 @@
 -- and per page whose download failed for good, four items: its lease id, the delay in
 -- ms, its priority and its entry to try again (its lease ends: it waits in KEYS[6]).
 -- The pages due go back to the front of the queue before requests are leased.
--- Returns {priorities waiting, leases held, reclaimed by this call, bad members set
--- aside by this call, k: requests set aside by this call for coming back too often,
+-- Returns {runs waiting (members of KEYS[1]), leases held, reclaimed by this call, bad
+-- members set aside by this call, k: requests set aside by this call for coming back too often,
 -- ms until the first page of KEYS[6] is due (-1: none), then those k requests'
 -- entries, then per request leased: its priority and entry};
 -- the i-th leased has id prefix .. (ARGV[4] + i - 1).
@@ -72,7 +73,7 @@ local expired = rcall('ZRANGEBYSCORE', expiries, '-inf', now, 'LIMIT', 0, 100)
 -- A request that comes back from a lease that ended counts it in its list item (see
 -- frontier_wrap); past max_returns it is set aside (a page that kills or freezes every
 -- worker that takes it), and its entry returned for the worker to name it.
-local back, priorities, returned = {}, {}, {}
+local back, returned = {}, {}
 local function give_back(ids, ended)
   for _, id in ipairs(ids) do
     local held = rcall('HGET', leases, id)
@@ -83,7 +84,6 @@ local function give_back(ids, ended)
         frontier_ack(leases, expiries, { id })
       elseif not ended then
         back[#back + 1] = { id, priority, item }
-        priorities[priority] = true
       else
         local times, entry = frontier_unwrap(item)
         if max_returns > 0 and times >= max_returns then
@@ -92,7 +92,6 @@ local function give_back(ids, ended)
           returned[#returned + 1] = entry
         else
           back[#back + 1] = { id, priority, frontier_wrap(times + 1, entry) }
-          priorities[priority] = true
         end
       end
     end
@@ -108,19 +107,21 @@ for _, held in ipairs(due) do
   if priority then
     due_back = due_back + 1
     back[#back + 1] = { false, priority, entry }
-    priorities[priority] = true
   else
     set_bad(held) -- (removed from KEYS[6] with the others below)
   end
 end
-frontier_check(queue, priorities)
-for i = #back, 1, -1 do -- (pushed to the front in reverse: they keep their order)
-  local id, priority, entry = back[i][1], back[i][2], back[i][3]
-  frontier_push(queue, priority, entry, true)
-  if id then
-    rcall('HDEL', leases, id)
-    rcall('ZREM', expiries, id)
-  end
+frontier_check(queue, counters)
+local waiting = rcall('HGET', counters, 'waiting')
+if waiting and not (string.match(waiting, '^%-?%d+$') and #waiting <= 15) then
+  set_bad('counter waiting ' .. waiting) -- (another's value: every count would fail)
+  rcall('HDEL', counters, 'waiting')
+end
+local items = {}
+for i, item in ipairs(back) do items[i] = { item[2], item[3] } end
+frontier_push(queue, items, true) -- (at the front, in their order)
+for _, item in ipairs(back) do
+  if item[1] then frontier_ack(leases, expiries, { item[1] }) end
 end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
 local reclaimed = #back - released - due_back
@@ -134,30 +135,17 @@ if reclaimed > 0 then
 end
 local out = { 0, 0, reclaimed, 0, #returned, -1 }
 for _, entry in ipairs(returned) do out[#out + 1] = entry end
-local taken = 0
-while taken < n do
-  local top = rcall('ZRANGE', queue, 0, 0)[1]
-  if not top then break end
-  while top and not frontier_priority(top) do -- (its list is left where it is)
-    rcall('ZREM', queue, top)
-    set_bad('priority ' .. top)
-    top = rcall('ZRANGE', queue, 0, 0)[1]
-  end
-  if not top then break end
-  local list = frontier_list(queue, top)
-  dedup_check_type(list, 'list', 'the frontier list')
-  local got = rcall('LPOP', list, n - taken)
-  if not got or rcall('LLEN', list) == 0 then rcall('ZREM', queue, top) end
-  for _, entry in ipairs(got or {}) do
-    local id = prefix .. (first + taken)
-    rcall('HSET', leases, id, top .. ' ' .. entry)
-    rcall('ZADD', expiries, now + lease_ms, id)
-    out[#out + 1] = top
-    local _, bare = frontier_unwrap(entry)
-    out[#out + 1] = bare
-    taken = taken + 1
-  end
+local leased = frontier_pop(queue, n, set_bad)
+for i, record in ipairs(leased) do
+  local id = prefix .. (first + i - 1)
+  rcall('HSET', leases, id, record[1] .. ' ' .. record[2])
+  rcall('ZADD', expiries, now + lease_ms, id)
+  local _, bare = frontier_unwrap(record[2])
+  out[#out + 1] = record[1]
+  out[#out + 1] = bare
 end
+frontier_count(counters, #back - #leased)
+if rcall('EXISTS', queue) == 0 then rcall('HDEL', counters, 'waiting') end
 out[1] = rcall('ZCARD', queue)
 out[2] = rcall('HLEN', leases)
 out[4] = bads

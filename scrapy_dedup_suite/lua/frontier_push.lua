@@ -1,7 +1,7 @@
 -- include: prelude, frontier
 -- Enqueue requests without recording them (dont_filter, a takeover's chunk):
--- KEYS: the shard's queue, leases and expiries; ARGV: per request its priority and
--- entry, then 0 (no lease acknowledged) and 0.
+-- KEYS: the shard's queue, leases, expiries and counters; ARGV: per request its
+-- priority and entry, then 0 (no lease acknowledged) and 0.
 -- Returns how many were enqueued.
 local taken = frontier_take()
 local out = {}
