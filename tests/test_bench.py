@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -226,3 +227,16 @@ def test_frontier_held_bench_counts_a_frozen_worker_s_leases(redis_server):
     assert "1 stops of a worker alone" in out.stdout, out.stdout
     held = out.stdout.split("leases held ", 1)[1].split("-", 1)[0]
     assert int(held) >= 1, out.stdout  # (the page it was parsing, at least)
+
+
+def test_frontier_queue_bench_measures_the_server_s_time_for_both_queues(redis_server):
+    out = run_bench(
+        "bench.frontier_queue", "--requests", "2000", "--priorities", "1,2000",
+        "--server", redis_server.binary,
+    )  # fmt: skip
+    rows = [line for line in out.stdout.splitlines() if "us/request" in line]
+    assert len(rows) == 4, out.stdout  # (push and take, per number of priorities)
+    assert "2,000 requests, 2,000 priorities" in out.stdout
+    for row in rows:
+        ours, theirs = (float(x) for x in re.findall(r"([0-9.]+) (?:us/request|\()", row)[:2])
+        assert ours > 0 and theirs > 0, row
