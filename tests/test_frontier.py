@@ -488,7 +488,7 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
         other = FrontierQueue(server, ["site:requests"])  # another worker takes one
         scheduler.enqueue_request(Request("http://example.com/other"))
         assert other.call(other.shards[0], 60_000, take=1).requests
-        scheduler._seen.clear()  # (what it said a second ago is stale)
+        scheduler.looks.forget()  # (what it said a second ago is stale)
         assert scheduler.has_pending_requests()  # that one's page may yield more
         for request in taken:  # the engine is done with ours: acknowledged by the next call
             slot.inprogress.add(request)
@@ -653,7 +653,7 @@ def test_a_lease_call_in_a_thread_that_brings_nothing_still_wakes_the_engine(
             assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
         handed = [scheduler.next_request()]  # 3 taken, 2 left
         assert calls == []  # (the queue was just found empty)
-        scheduler._seen.clear()  # (a second later)
+        scheduler.looks.forget()  # (a second later)
         handed.append(scheduler.next_request())  # 1 left: the next asked for
         assert len(calls) == 1 and scheduler.has_pending_requests()
         call, args, deferred = calls[0]
@@ -664,7 +664,7 @@ def test_a_lease_call_in_a_thread_that_brings_nothing_still_wakes_the_engine(
             slot.inprogress.add(request)
             slot.inprogress.remove(request)
         assert len(calls) == 1  # (the queue was just found empty)
-        scheduler._seen.clear()  # (a second later)
+        scheduler.looks.forget()  # (a second later)
         assert not scheduler.has_pending_requests()
         scheduler.close("finished")
     finally:
@@ -693,7 +693,7 @@ def test_a_worker_done_with_everything_is_idle_at_once_though_a_call_counted_its
             slot.inprogress.remove(request)
         call, args, deferred = calls[0]
         deferred.callback(call(*args))
-        assert scheduler._seen[scheduler.queue.shards[0]][1] == 4  # "another's"
+        assert scheduler.looks.seen[scheduler.queue.shards[0]].held == 4  # "another's"
         handed = [scheduler.next_request() for _ in range(12)]
         assert all(handed) and scheduler.next_request() is None
         for request in handed:
@@ -720,7 +720,7 @@ def test_a_lease_call_in_a_thread_answering_after_the_last_request_was_done_coun
         for i in range(3):
             assert scheduler.enqueue_request(Request(f"http://example.com/{i}"))
         handed = [scheduler.next_request()]
-        scheduler._seen.clear()  # (as if a second passed)
+        scheduler.looks.forget()  # (as if a second passed)
         handed += [scheduler.next_request(), scheduler.next_request()]
         assert len(calls) == 1 and len(scheduler) == 0
         for request in handed:  # all done while the call runs
@@ -889,7 +889,7 @@ def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second
     from scrapy import Request
     from twisted.internet.task import Clock
 
-    from scrapy_dedup_suite.frontier.scheduler import TAKE_EVERY
+    from scrapy_dedup_suite.frontier.idle import TAKE_EVERY
 
     from .test_frontier_retry import RetrySpider, scheduler_for
 
@@ -907,7 +907,7 @@ def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second
     page = Request("http://example.com/later", callback=RetrySpider().parse)
     shard = scheduler.queue.shards[0]
     scheduler.queue.push(shard, [(0, scheduler.codec.encode(page, priority_apart=True))])
-    scheduler._seen.clear()  # (a second later)
+    scheduler.looks.forget()  # (a second later)
     assert scheduler.next_request().url == page.url
     assert scheduler.next_request() is None  # (a wake asked for...)
     scheduler.close("finished")
@@ -928,7 +928,7 @@ def test_a_worker_goes_idle_only_on_what_the_queue_says_now(server, redis_url):
 
     scheduler = scheduler_for(redis_url)
     scheduler.clock = lambda: 1000.0
-    scheduler._seen.clear()
+    scheduler.looks.forget()
     assert not scheduler.has_pending_requests()  # nothing anywhere: idle
     page = Request("http://example.com/start", callback=RetrySpider().parse)
     other = FrontierQueue(server, [scheduler.queue_key])
@@ -959,7 +959,7 @@ def test_a_finished_page_is_acknowledged_within_ack_within_though_no_call_goes_t
     pages = [Request(f"http://example.com/{i}", callback=RetrySpider().parse) for i in range(2)]
     entries = [(0, scheduler.codec.encode(page, priority_apart=True)) for page in pages]
     scheduler.queue.push(shard, entries)  # (by another worker)
-    scheduler._seen.clear()  # (its open saw the queue empty: as if half a second passed)
+    scheduler.looks.forget()  # (its open saw the queue empty: as if half a second passed)
     first = handed_out(scheduler)
     assert server.hlen(shard.leases) == 1
     done(scheduler, first)

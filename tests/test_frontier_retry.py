@@ -113,7 +113,7 @@ def test_a_failed_page_is_tried_again_after_a_doubling_delay_then_given_up(
             assert before + delay_ms <= due <= after + delay_ms
             assert server.hlen(shard.leases) == 0
             make_due(server, shard.later)
-            scheduler._seen.clear()  # (the clock moved on: the shard is looked at again)
+            scheduler.looks.forget()  # (the clock moved on: the shard is looked at again)
             request = handed_out(scheduler)
             assert request.url == "http://example.com/down" and request.priority == 4
             assert request.meta["frontier_retry"] == tries
@@ -244,7 +244,7 @@ def test_the_idle_close_waits_for_a_retry_due_within_scheduler_idle_before_close
 
     def looked_at(after: float) -> bool:
         now[0] += after
-        scheduler._seen.clear()  # (the clock moved on: the shard is looked at again)
+        scheduler.looks.forget()  # (the clock moved on: the shard is looked at again)
         return scheduler.has_pending_requests()
 
     server.zadd(shard.later, {member: server_ms(server) + 30_000})
@@ -266,7 +266,7 @@ def test_a_request_this_worker_takes_itself_starts_the_idle_time_again(server, r
     scheduler = scheduler_for(redis_url, SCHEDULER_IDLE_BEFORE_CLOSE=10)
     now = [1000.0]
     scheduler.clock = lambda: now[0]
-    scheduler._seen.clear()  # (its open looked by the real clock)
+    scheduler.looks.forget()  # (its open looked by the real clock)
     shard = scheduler.queue.shards[0]
     assert scheduler.has_pending_requests()  # idle from 1000
     now[0] += 5
@@ -274,8 +274,8 @@ def test_a_request_this_worker_takes_itself_starts_the_idle_time_again(server, r
     scheduler.queue.push(shard, [(0, scheduler.codec.encode(page, priority_apart=True))])
     done(scheduler, handed_out(scheduler))  # taken by its own request call, and done
     now[0] += 6
-    scheduler._seen.clear()
+    scheduler.looks.forget()
     assert scheduler.has_pending_requests()  # 6 s since its last request, not 11
     now[0] += 11
-    scheduler._seen.clear()
+    scheduler.looks.forget()
     assert not scheduler.has_pending_requests()

@@ -7,14 +7,81 @@ yield more), a request this worker took itself, and a page kept for later
 worker waits for it rather than close with it due a moment later. One due after that
 is left for the next run, and the close says so.
 
-A worker whose request call found nothing while work may come asks again within a
-second (:class:`EngineWaker`), not at the engine's next heartbeat.
+A worker whose request call found nothing while work may come asks again half a second
+later (:class:`EngineWaker`), not at the engine's next heartbeat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .queue import Shard
+
+#: The most often the idle checks look at the queue in Redis (seconds).
+LOOK_EVERY = 1.0
+#: The most often a worker that found nothing to take looks again (seconds).
+TAKE_EVERY = 0.5
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What a call to a shard said of it."""
+
+    #: Runs of requests waiting, and leases other workers hold.
+    waiting: int
+    held: int
+    #: When (by the scheduler's clock), and when its first retry is due (or None).
+    when: float
+    due_at: float | None
+
+
+class ShardLooks:
+    """What each shard's last call said, forgotten when it may be stale (this worker
+    enqueued, or finished what it took): which shards to take from, and whether any
+    work is left, without a call to each every time."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.seen: dict[Shard, Sighting] = {}
+        self._next = 0
+
+    def saw(self, shard: Shard, waiting: int, held: int, due_in: float | None) -> None:
+        now = self.clock()
+        self.seen[shard] = Sighting(waiting, held, now, None if due_in is None else now + due_in)
+
+    def forget(self) -> None:
+        self.seen.clear()
+
+    def to_take(self, shards: Sequence[Shard]) -> Iterator[Shard]:
+        """The shards in turn, less those found empty less than TAKE_EVERY ago."""
+        now = self.clock()
+        for _ in range(len(shards)):
+            shard = shards[self._next % len(shards)]
+            self._next += 1
+            seen = self.seen.get(shard)
+            if seen is None or seen.waiting or now - seen.when >= TAKE_EVERY:
+                yield shard
+
+    def totals(
+        self, shards: Sequence[Shard], call: Callable[[Shard], Any]
+    ) -> tuple[int, int, float | None]:
+        """Runs waiting, leases other workers hold, and when the first retry is due,
+        over ``shards``, each ``call``ed again (which says what it saw) if what it last
+        said is older than LOOK_EVERY."""
+        waiting = held = 0
+        due: list[float] = []
+        for shard in shards:
+            seen = self.seen.get(shard)
+            if seen is None or self.clock() - seen.when >= LOOK_EVERY:
+                call(shard)
+                seen = self.seen[shard]
+            waiting += seen.waiting
+            held += seen.held
+            due += [seen.due_at] if seen.due_at is not None else []
+        return waiting, held, min(due, default=None)
 
 
 class IdleTimer:
@@ -41,6 +108,14 @@ class IdleTimer:
         return now - self.since < self.wait
 
 
+def running_reactor() -> Any | None:
+    """The reactor Scrapy installed, if it runs (not for a test's scheduler alone)."""
+    from twisted.internet import reactor  # the one Scrapy installed
+
+    running: Any = reactor
+    return running if running.running else None
+
+
 class OneShot:
     """``call`` run ``delay`` seconds after :meth:`ask`, once however often asked
     meanwhile, never after :meth:`stop`; by the reactor that runs (a test's clock may
@@ -57,10 +132,8 @@ class OneShot:
             return
         call_later = self.call_later
         if call_later is None:
-            from twisted.internet import reactor as installed  # the one Scrapy installed
-
-            reactor: Any = installed
-            if not reactor.running:
+            reactor = running_reactor()
+            if reactor is None:
                 return
             call_later = reactor.callLater
         self._pending = call_later(delay, self.call)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
@@ -38,7 +38,7 @@ from ..dupefilter import RFPDupeFilter
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
-from .idle import EngineWaker, IdleTimer, OneShot
+from .idle import TAKE_EVERY, EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
@@ -53,10 +53,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The most often the idle checks look at the queue in Redis (seconds).
-LOOK_EVERY = 1.0
-#: The most often a worker that found nothing to take looks again (seconds).
-TAKE_EVERY = 0.5
 #: The longest a finished page's acknowledgement waits for a call to its shard (s).
 ACK_WITHIN = 0.2
 
@@ -90,11 +86,8 @@ class Scheduler(BaseScheduler):
         )
         self.refusals = Refusals(crawler, self.incoming.quiet)
         self.incoming.on_refused = self.refusals.failed
-        self._next_shard = 0
-        #: Per shard, what its last call said: runs waiting, leases other workers
-        #: hold, when (by :attr:`clock`), and when its first retry is due (or None);
-        #: forgotten when this worker enqueues.
-        self._seen: dict[Shard, tuple[int, int, float, float | None]] = {}
+        #: What each shard's last call said (by :attr:`clock`, which a test may set).
+        self.looks = ShardLooks(lambda: self.clock())
         self.idle = IdleTimer(options.idle_before_close)
         self.waker = EngineWaker(lambda: engine_slot(crawler))
         self.acks_due = OneShot(self._acknowledge)  # (when no other call took them)
@@ -125,8 +118,6 @@ class Scheduler(BaseScheduler):
     # -- life cycle --------------------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
-        from twisted.internet import reactor  # the one Scrapy installed
-
         self.spider = spider
         self.codec.spider = spider
         df = self.df
@@ -146,7 +137,7 @@ class Scheduler(BaseScheduler):
         watch_engine(self.crawler, self._done)
         self._acknowledging = task.LoopingCall(self._acknowledge)
         self._acknowledging.start(self.options.lease / 3, now=False)
-        if reactor.running:  # (as the engine opens it; not a test's scheduler alone)
+        if running_reactor() is not None:  # (as the engine opens it, not a test)
             self.keeper.start()
         logger.info(
             "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
@@ -225,7 +216,7 @@ class Scheduler(BaseScheduler):
 
     def _forget_shards(self) -> None:
         """This worker enqueued: what the shards last said is stale."""
-        self._seen.clear()
+        self.looks.forget()
 
     # -- requests out ------------------------------------------------------------------
 
@@ -245,23 +236,11 @@ class Scheduler(BaseScheduler):
             self._take_ahead()
         return request
 
-    def _shards_to_take(self) -> Iterator[Shard]:
-        """The shards in turn, less those found empty less than TAKE_EVERY ago (unless
-        this worker enqueued since)."""
-        assert self.queue is not None
-        shards = self.queue.shards
-        now = self.clock()
-        for _ in range(len(shards)):
-            shard = shards[self._next_shard % len(shards)]
-            self._next_shard += 1
-            seen = self._seen.get(shard)
-            if seen is None or seen[0] or now - seen[2] >= TAKE_EVERY:
-                yield shard
-
     def _take(self) -> None:
         """Lease up to FRONTIER_PREFETCH requests from the next shard that may have some
         (one call on a single server), here and now."""
-        for shard in self._shards_to_take():
+        assert self.queue is not None
+        for shard in self.looks.to_take(self.queue.shards):
             try:
                 leased = self._call(shard, self.options.prefetch)
             except Exception as exc:  # Redis away: nothing taken; the engine asks again
@@ -273,16 +252,14 @@ class Scheduler(BaseScheduler):
     def _take_ahead(self) -> None:
         """Lease the next requests in a thread before those taken run out (one lease
         call at a time); the engine is woken when they arrive."""
-        from twisted.internet import reactor  # the one Scrapy installed
-
-        if self._ahead is not None or self._closed or not reactor.running:
+        if self._ahead is not None or self._closed or running_reactor() is None:
             return
-        shard = next(self._shards_to_take(), None)
+        queue = self.queue
+        assert queue is not None
+        shard = next(self.looks.to_take(queue.shards), None)
         if shard is None:
             return
-        assert self.queue is not None
         acks, later = self._carried(shard)
-        queue = self.queue
 
         def call(*args: Any, **kwargs: Any) -> Any:  # (in the thread)
             leased = queue.call(*args, **kwargs)
@@ -369,9 +346,7 @@ class Scheduler(BaseScheduler):
         self._count("frontier/acknowledged", len(acks))
         self._reclaimed(shard, leased)
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
-        now = self.clock()
-        due_at = None if leased.due_in is None else now + leased.due_in
-        self._seen[shard] = (leased.waiting, leased.held - ours, now, due_at)
+        self.looks.saw(shard, leased.waiting, leased.held - ours, leased.due_in)
 
     def _done(self, request: Request) -> None:
         held = self.holdings.in_flight.pop(request, None)
@@ -391,7 +366,7 @@ class Scheduler(BaseScheduler):
         the leases this one had not acknowledged yet, so the idle check looks again (its
         call carries the acknowledgements), else the crawl waits a heartbeat to end."""
         if not self.holdings.in_flight and not self.holdings.taken:
-            self._seen.clear()
+            self.looks.forget()
 
     def _reclaimed(self, shard: Shard, leased: Any) -> None:
         """Count the leases a call to ``shard`` took back; name those it set aside."""
@@ -425,7 +400,7 @@ class Scheduler(BaseScheduler):
             return True
         for fresh in (False, True):  # (idle only on what the shards say now)
             if fresh:
-                self._seen.clear()
+                self.looks.forget()
             try:
                 waiting, held, due_at = self._look()
             except Exception as exc:  # Redis away: say pending, and look again later
@@ -436,21 +411,10 @@ class Scheduler(BaseScheduler):
         return False
 
     def _look(self) -> tuple[int, int, float | None]:
-        """Runs waiting, leases other workers hold, and when the first retry is
-        due, over every shard, each called again if what it last said is older than
-        LOOK_EVERY (acknowledging what this worker is done with)."""
+        """What the shards say (:meth:`ShardLooks.totals`), each call acknowledging
+        what this worker is done with."""
         assert self.queue is not None
-        waiting = held = 0
-        due: list[float] = []
-        for shard in self.queue.shards:
-            seen = self._seen.get(shard)
-            if seen is None or self.clock() - seen[2] >= LOOK_EVERY:
-                self._call(shard, 0)
-                seen = self._seen[shard]
-            waiting += seen[0]
-            held += seen[1]
-            due += [seen[3]] if seen[3] is not None else []
-        return waiting, held, min(due, default=None)
+        return self.looks.totals(self.queue.shards, lambda shard: self._call(shard, 0))
 
     def _count(self, name: str, n: int = 1) -> None:
         if n and self.stats is not None:
