@@ -15,10 +15,8 @@ and the pages finished in the last 0.2 s come on top.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import shutil
 import signal
 import tempfile
 import time
@@ -26,9 +24,7 @@ from pathlib import Path
 
 import redis
 
-from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
-
-from .frontier_kills import SCHEDULERS, TreeSite, parsed, worker
+from .frontier_kills import SCHEDULERS, TreeSite, crawl_server, options, parsed, worker
 
 LEASES = "{tree:requests}:frontier:leases"
 CONCURRENT, PREFETCH = 8, 8
@@ -52,19 +48,11 @@ def trial(client: redis.Redis, url: str, site: str, stop_at: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.frontier_held", description=__doc__)
-    parser.add_argument("--stops", type=int, default=20)
-    parser.add_argument("--pages", type=int, default=1500)
-    parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
-    parser.add_argument("--seed", type=int, default=1)
-    opts = parser.parse_args(argv)
+    opts = options("frontier_held", __doc__, argv, stops=20)
     rng = random.Random(opts.seed)
     site = TreeSite(opts.pages)
-    binary = opts.server or shutil.which("redis-server") or server_binary()
     bound = PREFETCH + PREFETCH // 2 + CONCURRENT
-    with EmbeddedRedis(binary=binary) as server:
-        client = redis.Redis(port=server.port)
-        url = f"redis://127.0.0.1:{server.port}/0"
+    with crawl_server(opts.server) as (client, url):
         held = []
         for _ in range(opts.stops):
             client.flushall()

@@ -25,9 +25,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
+from typing import Any
 
 import redis
 
@@ -48,6 +51,27 @@ SCHEDULERS = {
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
     },
 }
+
+
+def options(name: str, doc: str | None, argv: list[str] | None, **counts: int) -> Any:
+    """The options of ``python -m bench.<name>``: ``counts`` (their defaults) and the
+    tree's pages, the server binary and the seed every trial bench of the site takes."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc)
+    for count, default in counts.items():
+        parser.add_argument(f"--{count}", type=int, default=default)
+    parser.add_argument("--pages", type=int, default=1500)
+    parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def crawl_server(binary: str | None) -> Iterator[tuple[redis.Redis, str]]:
+    """A server for the trials (``binary``, else redis-server on PATH, else the embedded
+    one): a client, and its URL for the workers."""
+    with EmbeddedRedis(binary=binary or shutil.which("redis-server") or server_binary()) as up:
+        yield redis.Redis(port=up.port), f"redis://127.0.0.1:{up.port}/0"
 
 
 def children(n: int, pages: int) -> list[int]:
@@ -147,24 +171,15 @@ def trial(url: str, site: str, settings: dict, pages: int, kill_at: int) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.frontier_kills", description=__doc__)
-    parser.add_argument("--kills", type=int, default=30)
-    parser.add_argument("--pages", type=int, default=1500)
-    parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    opts = parser.parse_args(argv)
+    opts = options("frontier_kills", __doc__, argv, kills=30)
     if opts.child:
         child(json.loads(opts.child))
         return 0
     rng = random.Random(opts.seed)
     moments = [rng.randint(1, opts.pages // 2) for _ in range(opts.kills)]
     site = TreeSite(opts.pages)
-    binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.kills} kills of one of 2 workers, tree of {opts.pages:,} pages x {LINKS}")
-    with EmbeddedRedis(binary=binary) as server:
-        client = redis.Redis(port=server.port)
-        url = f"redis://127.0.0.1:{server.port}/0"
+    with crawl_server(opts.server) as (client, url):
         for name, settings in SCHEDULERS.items():
             results = []
             for kill_at in moments:

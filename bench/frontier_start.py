@@ -12,17 +12,11 @@ goes idle only on what the queue says at that moment.
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-import redis
-
-from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
-
-from .frontier_kills import SCHEDULERS, TreeSite, parsed, worker
+from .frontier_kills import SCHEDULERS, TreeSite, crawl_server, options, parsed, worker
 
 
 def trial(url: str, site: str, settings: dict) -> tuple[list[float | None], list[int], float]:
@@ -41,17 +35,10 @@ def trial(url: str, site: str, settings: dict) -> tuple[list[float | None], list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.frontier_start", description=__doc__)
-    parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--pages", type=int, default=1500)
-    parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
-    opts = parser.parse_args(argv)
+    opts = options("frontier_start", __doc__, argv, trials=8)
     site = TreeSite(opts.pages)
-    binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.trials} starts of 2 workers at once, tree of {opts.pages:,} pages")
-    with EmbeddedRedis(binary=binary) as server:
-        client = redis.Redis(port=server.port)
-        url = f"redis://127.0.0.1:{server.port}/0"
+    with crawl_server(opts.server) as (client, url):
         for n in range(opts.trials):
             client.flushall()
             first, pages, took = trial(url, site.url, SCHEDULERS["frontier"])

@@ -48,7 +48,7 @@ from scrapy.utils.misc import load_object
 
 from .batch import UNCHECKED, BatchResult
 from .connection import check_reachable
-from .crawl_checks import check_crawl_settings
+from .crawl_checks import check_crawl_settings, is_frontier
 from .daemon_threads import DaemonThreads
 from .dupefilter import RFPDupeFilter
 from .exceptions import ClientFailure, DedupConfigError
@@ -304,7 +304,7 @@ class BatchDedupMiddleware:
                 return None  # the engine has not opened the spider yet: look again later
             # (By what it says of itself: Scrapy's BaseScheduler makes isinstance() true
             # for any object with a scheduler's three methods.)
-            ours = getattr(type(scheduler), "records_and_enqueues", False) is True
+            ours = is_frontier(type(scheduler))
             self._frontier = ours and self._placed_last()
             self._frontier_scheduler = scheduler
             self._looked_up |= ours  # (no dupefilter then)
