@@ -34,7 +34,9 @@ class Model:
 @pytest.mark.single_server
 @pytest.mark.parametrize("priorities", [1, 5, 10_000])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_runs_come_out_as_lists_per_priority_would(server, priorities, seed):
+@pytest.mark.parametrize("size", ["short", "long"])
+def test_runs_come_out_as_lists_per_priority_would(server, priorities, seed, size):
+    """``short`` entries: runs reach 255 requests; ``long`` ones (up to 2 KB): their 4 KB."""
     rng = random.Random(seed)
     queue = FrontierQueue(server, ["t:requests"])
     shard = queue.shards[0]
@@ -49,7 +51,8 @@ def test_runs_come_out_as_lists_per_priority_would(server, priorities, seed):
             for _ in range(rng.randint(1, 40)):
                 if not one:
                     priority = rng.randrange(priorities) - priorities // 2
-                batch.append((priority, b"r%d" % made))
+                pad = b"x" * (rng.randrange(40, 2000) if size == "long" else 0)
+                batch.append((priority, b"r%d" % made + pad))
                 made += 1
             queue.push(shard, batch)
             for priority, entry in batch:
@@ -71,16 +74,20 @@ def test_runs_come_out_as_lists_per_priority_would(server, priorities, seed):
 
 
 @pytest.mark.single_server
-def test_runs_hold_sixteen_requests_and_a_queue_of_one_priority_fills_them(server):
+def test_runs_fill_to_the_allocator_s_4_kb_and_a_longer_request_is_a_run_alone(server):
     queue = FrontierQueue(server, ["t:requests"])
     shard = queue.shards[0]
-    queue.push(shard, [(0, b"e%d" % i) for i in range(160)])
-    runs = [parse_run(member) for member in server.zrange(shard.queue, 0, -1)]
-    assert [len(run or []) for run in runs] == [16] * 10
-    queue.push(shard, [(i, b"p%d" % i) for i in range(1, 161)])  # one priority each
-    runs = [parse_run(member) for member in server.zrange(shard.queue, 0, -1)]
-    assert all(run and len(run) <= 16 for run in runs) and len(runs) <= 320 // 12
-    assert sum(len(run or []) for run in runs) == 320 == queue.counts(shard).waiting
+    queue.push(shard, [(0, b"e%03d" % i + b"x" * 96) for i in range(160)])  # (a page's links)
+    sizes = [len(member) for member in server.zrange(shard.queue, 0, -1)]
+    assert all(4090 - 107 < size <= 4090 for size in sizes[:-1]) and sizes[-1] <= 4090
+    queue.push(shard, [(i, b"p%03d" % i + b"x" * 96) for i in range(1, 161)])  # (one each)
+    queue.push(shard, [(0, b"big" + b"x" * 5000)])
+    members = server.zrange(shard.queue, 0, -1)
+    runs = [parse_run(member) for member in members]
+    assert all(run for run in runs)
+    assert sum(len(run or []) for run in runs) == 321 == queue.counts(shard).waiting
+    assert [len(m) > 4090 for m in members].count(True) == 1  # (the long one, alone)
+    assert sum(len(m) for m in members) / len(members) > 4090 / 2  # (half full at least)
 
 
 @pytest.mark.single_server

@@ -6,11 +6,11 @@ that recording a request and enqueueing it stay one call per slot group (a reque
 recorded and never enqueued would be lost: its parent, fetched again, finds it seen)
 and no single key holds the frontier. A shard (``lua/frontier.lua``):
 
-- ``{tag}:frontier``: a sorted set of runs of up to 16 encoded requests (:mod:`.codec`)
-  each with its priority, the highest priority first and first in first out within
-  one (``lua/frontier_runs.lua``): a spider that gives each request a priority of its
-  own pays no key per priority, and a run's member costs its requests about their
-  length plus 6 bytes;
+- ``{tag}:frontier``: a sorted set of runs of encoded requests (:mod:`.codec`), up to
+  4 KB each, each request with its priority, the highest priority first and first in
+  first out within one (``lua/frontier_runs.lua``): a spider that gives each request a
+  priority of its own pays no key per priority, and a run costs its requests about
+  their length plus 3 to 6 bytes;
 - ``{tag}:frontier:leases``: a hash, lease id -> priority and entry, of the requests
   workers took and have not acknowledged; ``{tag}:frontier:expiries``: a sorted set,
   lease id -> when the lease ends (the server's clock, ms);
@@ -73,25 +73,32 @@ def parse_member(member: bytes) -> tuple[int, bytes] | None:
 
 
 #: A run's head after its place (6 bytes): how many requests (a byte), the last one's
-#: priority and ';'; then per request "<priority>,<length of entry>:" and the entry.
+#: priority and ';'; then per request its priority and ',', its entry's length (a byte,
+#: 1 to 249; else the byte 0, the length in digits and ':'), then the entry.
 _HEAD = re.compile(rb"(.)(-?[0-9]{1,15});", re.DOTALL)
-_RECORD = re.compile(rb"(-?[0-9]{1,15}),([0-9]{1,9}):")
+_PRIORITY_OF = re.compile(rb"(-?[0-9]{1,15}),")
+_LONG = re.compile(rb"([0-9]{1,9}):")
 
 
 def parse_run(member: bytes) -> list[tuple[int, bytes]] | None:
     """A member of the queue read back: its requests (priority, entry), or None for
-    anything that is not a run (``frontier_run`` in ``lua/frontier_runs.lua``)."""
+    anything that is not a run (``frontier_read`` in ``lua/frontier_runs.lua``)."""
     member = bytes(member)
     head = _HEAD.match(member, 6)
     if len(member) < 12 or head is None:
         return None
     records, at = [], head.end()
     while at < len(member):
-        found = _RECORD.match(member, at)
-        if found is None:
+        found = _PRIORITY_OF.match(member, at)
+        if found is None or found.end() >= len(member):
             return None
-        start = found.end()
-        at = start + int(found.group(2))
+        size, start = member[found.end()], found.end() + 1
+        if size == 0:
+            long = _LONG.match(member, start)
+            if long is None:
+                return None
+            size, start = int(long.group(1)), long.end()
+        at = start + size
         if at > len(member):
             return None
         records.append((int(found.group(1)), member[start:at]))

@@ -143,7 +143,7 @@ class Scheduler(BaseScheduler):
             "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
             len(self.queue.shards),
             self.queue.shards[0].queue,
-            f"requests waiting in {waiting:,} run(s) of up to 16 (dedup-info counts them)"
+            f"requests waiting in {waiting:,} run(s) (dedup-info counts them)"
             if waiting
             else "no request waiting",
             held,

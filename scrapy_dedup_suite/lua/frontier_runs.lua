@@ -1,19 +1,24 @@
 -- include: prelude
 -- The frontier's queue in runs (scrapy_dedup_suite/frontier/queue.py): one sorted set
--- per shard whose members are runs of up to 16 requests, so that a spider giving each
--- request its own priority does not pay a key per priority.
+-- per shard whose members are runs of requests (up to 4 KB), so that a spider giving
+-- each request its own priority does not pay a key per priority.
 -- A run: 6 bytes (its place among the runs of its score, big-endian), 1 byte (how many
--- requests it holds), its last request's priority and ';', then per request
--- "<priority>,<length of entry>:<entry>", the highest priority first and, within a
--- priority, first in first out. Its score: minus its first request's priority. Runs in
--- the sorted set's order, read one after another, are the queue in order.
+-- requests it holds), its last request's priority and ';', then per request its
+-- priority, ',', its entry's length and its entry (frontier_record), the highest
+-- priority first and, within a priority, first in first out. Its score: minus its first
+-- request's priority. Runs in the sorted set's order, read one after another, are the
+-- queue in order.
 -- A request pushed at the back goes after every request of its priority or a higher
 -- one; at the front (given back, due again), before every request of its priority or a
 -- lower one: in the run holding that place, split in two when it is full. Most pushes
 -- go at the end of a run and most takes at the start of the first: neither reads the
 -- requests of the run it writes.
 
-local FRONTIER_RUN = 16
+-- A run takes requests while it stays within FRONTIER_RUN_BYTES (its head included)
+-- and FRONTIER_RUN_MAX requests: with the server's 6 bytes of string header, a run of
+-- 4,090 bytes fills the allocator's 4 KB class, so runs filled at their end waste
+-- little to rounding (as a list's 8 KB nodes do). A longer request is a run alone.
+local FRONTIER_RUN_BYTES, FRONTIER_RUN_MAX = 4090, 255
 local FRONTIER_MIDDLE = 140737488355328 -- 2^47: the first run's place; others count from it
 
 -- A priority read back: a whole number of at most 15 digits (the text), or nil.
@@ -38,12 +43,36 @@ local function frontier_place_text(n)
   return string.char(unpack(bytes))
 end
 
+-- A request in a run: its priority, ',', its entry's length (one byte, 1 to 249; else
+-- the byte 0, the length in digits and ':'), then its entry.
 local function frontier_record(priority, entry)
-  return priority .. ',' .. #entry .. ':' .. entry
+  if #entry > 0 and #entry < 250 then return priority .. ',' .. string.char(#entry) .. entry end
+  return priority .. ',\0' .. #entry .. ':' .. entry
+end
+
+-- The request of a run at ``at``: its priority, where its entry starts and ends; nil
+-- if it does not parse.
+local function frontier_read(member, at)
+  local priority, sized = string.match(member, '^(%-?%d+),()', at)
+  if not priority or not frontier_priority(priority) then return nil end
+  local n, start = string.byte(member, sized), sized + 1
+  if n == 0 then
+    local digits
+    digits, start = string.match(member, '^(%d+):()', sized + 1)
+    if not digits or #digits > 9 then return nil end
+    n = tonumber(digits)
+  end
+  if not n or start + n - 1 > #member then return nil end
+  return priority, start, start + n - 1
 end
 
 local function frontier_runs_of(place, count, last, records)
   return place .. string.char(count) .. last .. ';' .. records
+end
+
+-- Whether a run of ``count`` requests and ``bytes`` bytes takes one more of ``more``.
+local function frontier_fits(count, bytes, more)
+  return count < FRONTIER_RUN_MAX and bytes + more <= FRONTIER_RUN_BYTES
 end
 
 -- A run's head: its place, how many requests, the last one's priority and where its
@@ -52,7 +81,7 @@ local function frontier_head(member)
   if #member < 12 then return nil end
   local count = string.byte(member, 7)
   local last, start = string.match(member, '^(%-?%d+);()', 8)
-  if not last or not frontier_priority(last) or count < 1 or count > FRONTIER_RUN then
+  if not last or not frontier_priority(last) or count < 1 then
     return nil
   end
   return string.sub(member, 1, 6), count, last, start
@@ -63,10 +92,8 @@ end
 local function frontier_records(member, at, limit)
   local records = {}
   while at <= #member and #records < limit do
-    local priority, length, start = string.match(member, '^(%-?%d+),(%d+):()', at)
-    if not priority or not frontier_priority(priority) or #length > 9 then return nil end
-    local stop = start + tonumber(length) - 1
-    if stop > #member then return nil end
+    local priority, start, stop = frontier_read(member, at)
+    if not priority then return nil end
     records[#records + 1] = { priority, string.sub(member, start, stop) }
     at = stop + 1
   end
@@ -78,11 +105,10 @@ end
 local function frontier_walk(member, at)
   local priorities, starts = {}, {}
   while at <= #member do
-    local priority, length, entry = string.match(member, '^(%-?%d+),(%d+):()', at)
-    if not priority or not frontier_priority(priority) or #length > 9 then return nil end
+    local priority, _, stop = frontier_read(member, at)
+    if not priority then return nil end
     priorities[#priorities + 1], starts[#starts + 1] = priority, at
-    at = entry + tonumber(length)
-    if at > #member + 1 then return nil end
+    at = stop + 1
   end
   return priorities, starts
 end
@@ -108,18 +134,21 @@ local function frontier_place(queue, priority, first)
   return frontier_place_text(FRONTIER_MIDDLE)
 end
 
--- Runs of their own for ``entries`` (from the from-th) at ``priority``, 16 at most each,
--- right after the runs before their place: at the back, each after the last of its
--- score; at the front, each before the first (the last run first).
+-- Runs of their own for ``entries`` (from the from-th) at ``priority``, each as full
+-- as fits, right after the runs before their place: at the back, each after the last
+-- of its score; at the front, each before the first (the last run first).
 local function frontier_own_runs(queue, priority, entries, from, front)
-  local runs = {}
-  for i = from, #entries, FRONTIER_RUN do
-    local parts = {}
-    for j = i, math.min(i + FRONTIER_RUN - 1, #entries) do
-      parts[#parts + 1] = frontier_record(priority, entries[j])
+  local runs, parts, bytes = {}, {}, 8 + #priority -- (a run's head)
+  for j = from, #entries do
+    local record = frontier_record(priority, entries[j])
+    if #parts > 0 and not frontier_fits(#parts, bytes, #record) then
+      runs[#runs + 1] = { #parts, table.concat(parts) }
+      parts, bytes = {}, 8 + #priority
     end
-    runs[#runs + 1] = { #parts, table.concat(parts) }
+    parts[#parts + 1] = record
+    bytes = bytes + #record
   end
+  runs[#runs + 1] = { #parts, table.concat(parts) }
   local score = frontier_score(priority)
   local a, b, step = 1, #runs, 1
   if front then a, b, step = #runs, 1, -1 end
@@ -146,13 +175,13 @@ local function frontier_insert(queue, before, score, head, priority, entry, fron
   local pos, record = starts[at + 1] or #before + 1, frontier_record(priority, entry)
   local records = string.sub(before, start, pos - 1) .. record .. string.sub(before, pos)
   rcall('ZREM', queue, before)
-  if count < FRONTIER_RUN then
+  if frontier_fits(count, #before, #record) then
     rcall('ZADD', queue, score, frontier_runs_of(place, count + 1, last, records))
     return true
   end
   -- Full: cut after the new request when it leaves the head half full or more (the
   -- next requests of its priority go after it: runs fill up), else in the middle.
-  -- The j-th request of the 17 now: its priority, where it starts in ``records``.
+  -- The j-th request of the count + 1 now: its priority, where it starts in ``records``.
   local function priority_of(j)
     if j <= at then return priorities[j] end
     return j == at + 1 and priority or priorities[j - 1]
@@ -161,7 +190,12 @@ local function frontier_insert(queue, before, score, head, priority, entry, fron
     if j <= at then return starts[j] - start + 1 end
     return j == at + 1 and pos - start + 1 or starts[j - 1] - start + 1 + #record
   end
-  local cut = at + 1 >= FRONTIER_RUN / 2 and at + 1 or FRONTIER_RUN / 2
+  local n, half, cut = count + 1, #records / 2, 1
+  if at + 1 < n and start_of(at + 2) - 1 >= half then
+    cut = at + 1
+  else
+    while cut < n - 1 and start_of(cut + 1) - 1 < half do cut = cut + 1 end
+  end
   local split, tail = start_of(cut + 1), priority_of(cut + 1)
   rcall('ZADD', queue, score,
     frontier_runs_of(place, cut, priority_of(cut), string.sub(records, 1, split - 1)))
@@ -187,12 +221,15 @@ local function frontier_push_some(queue, priority, entries, front)
       'LIMIT', 0, 1)[1]
     local _, next_count, next_last, next_start = nil, nil, nil, nil
     if after then _, next_count, next_last, next_start = frontier_head(after) end
-    if not next_count or next_count + #entries > FRONTIER_RUN then
+    local parts, bytes = {}, 0
+    for i, entry in ipairs(entries) do
+      parts[i] = frontier_record(priority, entry)
+      bytes = bytes + #parts[i]
+    end
+    if not next_count or not frontier_fits(next_count + #entries - 1, #after, bytes) then
       frontier_own_runs(queue, priority, entries, 1, front)
       return {}
     end
-    local parts = {}
-    for i, entry in ipairs(entries) do parts[i] = frontier_record(priority, entry) end
     rcall('ZREM', queue, after)
     parts[#parts + 1] = string.sub(after, next_start)
     local run = frontier_runs_of(frontier_place(queue, priority, true),
@@ -202,10 +239,14 @@ local function frontier_push_some(queue, priority, entries, front)
   end
   local q = tonumber(last)
   if q > p or (q == p and not front) then -- at the run's end: as many as it takes there
-    local room = math.min(FRONTIER_RUN - count, #entries)
+    local parts, bytes = { string.sub(before, start) }, #before
+    while #parts <= #entries do
+      local record = frontier_record(priority, entries[#parts])
+      if not frontier_fits(count + #parts - 1, bytes, #record) then break end
+      parts[#parts + 1], bytes = record, bytes + #record
+    end
+    local room = #parts - 1
     if room > 0 then -- (its first request stays, so do its score and place)
-      local parts = { string.sub(before, start) }
-      for i = 1, room do parts[#parts + 1] = frontier_record(priority, entries[i]) end
       rcall('ZREM', queue, before)
       rcall('ZADD', queue, found[2],
         frontier_runs_of(place, count + room, priority, table.concat(parts)))
