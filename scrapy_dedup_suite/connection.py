@@ -23,7 +23,7 @@ from redis.sentinel import MasterNotFoundError
 from scrapy.settings import BaseSettings, Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
-from .exceptions import DedupConfigError, RedisUnreachableError
+from .exceptions import DedupConfigError, RedisUnreachableError, shown_url
 from .sentinel import SENTINEL_SCHEME, SentinelOptions, sentinel_address, sentinel_client
 from .settings_table import read
 
@@ -311,7 +311,7 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
     url = read(settings, url_setting)
     if url_setting == "REDIS_URL" and (url or "").startswith(SENTINEL_SCHEME + "://"):
         raise DedupConfigError(
-            f"REDIS_URL {url!r} names sentinels, and scrapy-redis's queue, which reads "
+            f"REDIS_URL {shown_url(url)!r} names sentinels, and scrapy-redis's queue, which reads "
             "REDIS_URL too, does not speak Sentinel: put the redis+sentinel:// URL in "
             "DEDUP_REDIS_URL, or use DEDUP_REDIS_SENTINELS"
         )
@@ -342,7 +342,8 @@ def get_redis(settings: BaseSettings, socket_timeout: float | None = None) -> An
         return without_retries(get_redis_from_settings(chosen))
     except (ValueError, TypeError) as exc:
         raise DedupConfigError(
-            f"Cannot build a Redis client from {url_setting}={url!r} / REDIS_PARAMS: {exc}. "
+            f"Cannot build a Redis client from {url_setting}={shown_url(url)!r} / REDIS_PARAMS: "
+            f"{shown_url(str(exc))}. "
             f"{URL_HELP}"
         ) from exc
 
@@ -362,8 +363,8 @@ def _answered(exc: BaseException) -> bool:
 def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> Any:
     if url is not None and url.startswith("unix:"):
         raise DedupConfigError(
-            f"DEDUP_REDIS_CLUSTER is on but {url_setting}={url!r} is a Unix socket; a Redis "
-            f"Cluster is reached over TCP: set {url_setting} to any node, e.g. "
+            f"DEDUP_REDIS_CLUSTER is on but {url_setting}={shown_url(url)!r} is a Unix socket; "
+            f"a Redis Cluster is reached over TCP: set {url_setting} to any node, e.g. "
             "redis://10.0.0.1:6379"
         )
     params = settings.getdict("REDIS_PARAMS")
@@ -375,31 +376,35 @@ def _cluster_client(settings: Settings, url_setting: str, url: str | None) -> An
             "DEDUP_REDIS_CLUSTER off"
         )
     settings.set("REDIS_PARAMS", {**params, "redis_cls": RedisCluster})
-    where = url or f"{settings.get('REDIS_HOST', 'localhost')}:{settings.get('REDIS_PORT', 6379)}"
+    host, port = settings.get("REDIS_HOST", "localhost"), settings.get("REDIS_PORT", 6379)
+    where = shown_url(url) or f"{host}:{port}"
     try:
         # RedisCluster connects at once to learn the slot map.
         return get_redis_from_settings(settings)
     except (ValueError, TypeError) as exc:
         raise DedupConfigError(
-            f"Cannot build a Redis Cluster client from {url_setting}={url!r} / REDIS_PARAMS: "
-            f"{exc}. {URL_HELP} (database 0: a cluster has no other)"
+            f"Cannot build a Redis Cluster client from {url_setting}={shown_url(url)!r} / "
+            f"REDIS_PARAMS: {shown_url(str(exc))}. {URL_HELP} (database 0: a cluster has no other)"
         ) from exc
     except RedisClusterException as exc:
         # A node that answered CLUSTER SLOTS with an error is no cluster node (redis-py
         # raises this while handling that ResponseError); else none could be reached.
         if not _answered(exc):
             raise DedupConfigError(
-                f"Cannot reach the Redis Cluster at {where} ({exc}). A cluster client reads the "
+                f"Cannot reach the Redis Cluster at {where} ({shown_url(str(exc))}). A cluster "
+                "client reads the "
                 "slot map when it is built, so a node must answer at start-up."
             ) from exc
         raise DedupConfigError(
             f"DEDUP_REDIS_CLUSTER is on but {where} does not answer as a Redis Cluster node "
-            f"({exc}). Point {url_setting} at a node of the cluster, or turn DEDUP_REDIS_CLUSTER "
+            f"({shown_url(str(exc))}). Point {url_setting} at a node of the cluster, or turn "
+            "DEDUP_REDIS_CLUSTER "
             "off for a single server."
         ) from exc
     except RedisError as exc:
         raise DedupConfigError(
-            f"Cannot reach the Redis Cluster at {where}: {exc}. A cluster client reads the slot "
+            f"Cannot reach the Redis Cluster at {where}: {shown_url(str(exc))}. A cluster client "
+            "reads the slot "
             "map when it is built, so a node must answer at start-up."
         ) from exc
 

@@ -1,6 +1,18 @@
-"""Exception types. Every error this package raises derives from :class:`DedupError`."""
+"""Exception types. Every error this package raises derives from :class:`DedupError`;
+and what a message may show of a server's URL (:func:`shown_url`)."""
 
 from __future__ import annotations
+
+import re
+
+#: The password in a URL's "user:password@" (or ":password@").
+_PASSWORD = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
+
+
+def shown_url(url: str | None) -> str | None:
+    """``url`` (or a text that holds URLs) as a message may show it: each password
+    masked (``redis://admin:***@host:6379/0``), every other part as given."""
+    return None if url is None else _PASSWORD.sub(lambda m: f"{m.group(1)}:***@", url)
 
 
 class DedupError(Exception):

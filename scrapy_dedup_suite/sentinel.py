@@ -21,7 +21,7 @@ from redis.sentinel import Sentinel
 from scrapy.settings import BaseSettings
 from scrapy_redis import defaults
 
-from .exceptions import DedupConfigError
+from .exceptions import DedupConfigError, shown_url
 from .settings_table import read
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -75,12 +75,14 @@ class SentinelOptions:
         path = [p for p in parts.path.split("/") if p]
         if not hosts or not path or len(path) > 2:
             raise DedupConfigError(
-                f"DEDUP_REDIS_URL {url!r} is not a Sentinel URL: write "
+                f"DEDUP_REDIS_URL {shown_url(url)!r} is not a Sentinel URL: write "
                 "redis+sentinel://[:password@]host:port[,host:port...]/service[/db]"
             )
         db = path[1] if len(path) == 2 else "0"
         if not db.isdigit():
-            raise DedupConfigError(f"The database in DEDUP_REDIS_URL {url!r} must be a number")
+            raise DedupConfigError(
+                f"The database in DEDUP_REDIS_URL {shown_url(url)!r} must be a number"
+            )
         sentinels = tuple(_address(h) for h in hosts.split(","))
         return cls(sentinels, unquote(path[0]), int(db), password, extra)
 

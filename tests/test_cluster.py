@@ -216,3 +216,35 @@ def test_a_batch_keeps_the_calls_that_ran_when_one_master_keeps_refusing_its_scr
     assert isinstance(answers[0], NoScriptError)
     assert answers[1:] == [[0], [0]]  # each ran once: "new", kept
     assert server.exists(refusing) == 0
+
+
+SECRET = "S3cretPassw0rd"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {
+            "DEDUP_REDIS_CLUSTER": True,
+            "DEDUP_REDIS_URL": f"redis://admin:{SECRET}@127.0.0.1:{{port}}/0",
+        },
+        {"DEDUP_REDIS_CLUSTER": True, "REDIS_URL": f"redis://:{SECRET}@127.0.0.1:{{port}}"},
+        {"DEDUP_REDIS_CLUSTER": True, "REDIS_URL": f"unix://admin:{SECRET}@/tmp/redis.sock"},
+        {"DEDUP_REDIS_URL": f"redis+sentinel://:{SECRET}@127.0.0.1:{{port}}"},
+        {"DEDUP_REDIS_URL": f"redis+sentinel://:{SECRET}@127.0.0.1:{{port}}/primary/x"},
+        {"REDIS_URL": f"redis+sentinel://:{SECRET}@127.0.0.1:{{port}}/primary"},
+    ],
+)
+def test_a_connection_error_never_shows_the_password_of_the_url(settings):
+    """Issue 53: 'Cannot reach the Redis Cluster at redis://admin:S3cretPassw0rd@...'
+    printed the password; each message now shows the URL with its password masked."""
+    from scrapy_dedup_suite.embedded import free_port
+
+    port = free_port()
+    given = {k: v.replace("{port}", str(port)) for k, v in settings.items() if isinstance(v, str)}
+    given = {**settings, **given, "REDIS_PARAMS": {"socket_connect_timeout": 0.5}}
+    with pytest.raises(DedupConfigError) as caught:
+        get_redis(Settings(given))
+    text = str(caught.value)
+    assert SECRET not in text, text
+    assert ":***@" in text, text
