@@ -19,10 +19,11 @@ from scrapy.utils.misc import load_object
 
 from . import error_lines
 from .backends import check_settings as check_backend_settings
+from .backends.keys import spider_key
 from .dupefilter import RFPDupeFilter
 from .exceptions import DedupConfigError
 from .options import FrontierOptions
-from .settings_table import check_given
+from .settings_table import check_given, read
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -35,14 +36,18 @@ REPLACED_DUPEFILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefi
 DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
 
 
-def check_crawl_settings(settings: BaseSettings) -> None:
-    """Raise the DedupConfigError a setting would raise later (see the module); from
-    here on, such an error is shown as its one line (:mod:`.error_lines`)."""
+def check_crawl_settings(settings: BaseSettings, spider: Any = None) -> None:
+    """Raise the DedupConfigError a setting would raise later (see the module), with
+    the keys named for ``spider``'s name when given (a spider class); from here on,
+    such an error is shown as its one line (:mod:`.error_lines`)."""
     error_lines.install()
     check_given(settings)
-    check_backend_settings(settings)
+    name = getattr(spider, "name", None)
+    check_backend_settings(settings, name if isinstance(name, str) else None)
     if is_frontier(settings.get("SCHEDULER")):
         check_frontier_settings(settings)
+        if isinstance(name, str):
+            spider_key(read(settings, "SCHEDULER_QUEUE_KEY"), name, "SCHEDULER_QUEUE_KEY")
 
 
 def check_frontier_settings(settings: BaseSettings) -> None:

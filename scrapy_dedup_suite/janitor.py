@@ -329,7 +329,7 @@ class JanitorExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JanitorExtension:
-        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
+        check_crawl_settings(crawler.settings, crawler.spidercls)  # before the engine starts
         interval = JanitorOptions.from_settings(crawler.settings).interval
         if interval == 0:
             raise NotConfigured("DEDUP_JANITOR_INTERVAL is 0")

@@ -170,7 +170,7 @@ class BatchDedupMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BatchDedupMiddleware:
-        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
+        check_crawl_settings(crawler.settings, crawler.spidercls)  # before the engine starts
         check_reachable(crawler.settings)  # ... and before scrapy-redis's scheduler pings
         return cls(crawler, BatchOptions.from_settings(crawler.settings))
 

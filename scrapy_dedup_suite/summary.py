@@ -81,7 +81,7 @@ class DedupSummary:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DedupSummary:
-        check_crawl_settings(crawler.settings)  # before the engine starts: see crawl_checks
+        check_crawl_settings(crawler.settings, crawler.spidercls)  # before the engine starts
         ext = cls(crawler, crawler.settings.get("DEDUP_SUMMARY_JSON"))
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext

@@ -3,6 +3,7 @@ what to check, and a documented exit code, from a crawl and from each command.""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -449,3 +450,39 @@ def test_the_summary_with_redis_gone_at_the_close_is_one_line(dead_url, caplog):
     assert len(said) == 1 and said[0].levelname == "WARNING" and said[0].exc_info is None
     assert "Dedup summary skipped" in said[0].getMessage()
     assert "Connection refused" in said[0].getMessage() or "Error" in said[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "setting", "other"),
+    [
+        ("scrapy_redis.scheduler.Scheduler", "SCHEDULER_DUPEFILTER_KEY", None),
+        ("scrapy_dedup_suite.frontier.scheduler.Scheduler", "SCHEDULER_QUEUE_KEY",
+         "SCHEDULER_DUPEFILTER_KEY=eu-shop:dupefilter"),
+    ],
+    ids=["dupefilter", "frontier"],
+)  # fmt: skip
+def test_a_spider_name_with_a_brace_is_refused_in_one_line_and_its_advice_is_taken(
+    tmp_path, redis_server, scheduler, setting, other
+):
+    """Issue 53: a spider 'shop{eu}' had keys whose Cluster hash tag was 'eu', as for any
+    spider '...{eu}': the frontier's queue '{eu}:frontier' shared by them. Refused now
+    before the engine starts, naming the key setting; a key without %(spider)s, as the
+    message advises, is accepted."""
+    (tmp_path / "one.py").write_text(SPIDER.replace('name = "one"', 'name = "shop{eu}"'))
+    addon = f"ADDONS={json.dumps({'scrapy_dedup_suite.Addon': 300})}"
+    given = [addon, f"SCHEDULER={scheduler}", f"REDIS_URL={redis_server.url}"]
+    given += [other] if other else []
+    options = [arg for name in given for arg in ("-s", name)]
+    run = functools.partial(
+        scrapy_cmd, "runspider", "one.py", *options, "-s", "TELNETCONSOLE_ENABLED=False",
+        cwd=tmp_path,
+    )  # fmt: skip
+    refused = run()
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 1, out[-3000:]
+    assert_one_line_last(
+        out, f"The spider name 'shop{{eu}}' has a brace, which in the Redis keys {setting}"
+    )
+    taken = run("-s", f"{setting}=eu-shop:{setting.lower()}")
+    assert "has a brace" not in taken.stdout + taken.stderr, (taken.stdout + taken.stderr)[-3000:]
+    assert "Spider closed (finished)" in taken.stderr, taken.stderr[-3000:]

@@ -18,7 +18,7 @@ from .bloom import BloomBackend
 from .compact import CompactBackend
 from .hash import HashBackend
 from .hash_buckets import HashBucketsBackend
-from .keys import as_str, meta_key
+from .keys import as_str, meta_key, spider_key
 from .native import NativeBloomBackend, WindowedNativeBloomBackend
 from .set import SetBackend
 from .windowed import WindowedBloomBackend
@@ -99,7 +99,7 @@ def dupefilter_key(settings: BaseSettings, backend_name: str, spider_name: str) 
             f"SCHEDULER_DUPEFILTER_KEY {template!r} is not a valid key template: the only "
             "placeholder is %(spider)s (write %% for a literal %)"
         )
-    return template % {"spider": spider_name}
+    return spider_key(template, spider_name, "SCHEDULER_DUPEFILTER_KEY")
 
 
 def other_filters(settings: BaseSettings, spider_name: str, chosen: str) -> dict[str, str]:
@@ -134,15 +134,18 @@ def find_other_filters(
     return found
 
 
-def check_settings(settings: BaseSettings) -> None:
+def check_settings(settings: BaseSettings, spider_name: str | None = None) -> None:
     """Refuse now, without Redis, the DEDUP_* settings the dupefilter would refuse when
-    the spider opens. The components Scrapy builds before its engine starts (the batch
-    middleware, the janitor and summary extensions) call it, so that a bad setting ends
-    ``scrapy crawl`` with its own one-line error: raised from the engine's start, the
-    same error is followed by Scrapy's shutdown tracebacks (Scrapy <= 2.19)."""
-    cls = get_backend_class(read(settings, "DEDUP_BACKEND"))
+    the spider opens (its keys named for ``spider_name``, when known). The components
+    Scrapy builds before its engine starts (the batch middleware, the janitor and
+    summary extensions) call it, so that a bad setting ends ``scrapy crawl`` with its
+    own one-line error: raised from the engine's start, the same error is followed by
+    Scrapy's shutdown tracebacks (Scrapy <= 2.19)."""
+    name = read(settings, "DEDUP_BACKEND")
+    cls = get_backend_class(name)
+    key = "settings-check" if spider_name is None else dupefilter_key(settings, name, spider_name)
     if cls in BACKENDS.values():  # (a backend of one's own is checked when it opens)
-        cls.from_settings(None, "settings-check", settings)  # its parameters; no Redis
+        cls.from_settings(None, key, settings)  # its parameters; no Redis
     DupefilterOptions.from_settings(settings)
     WaitOptions.from_settings(settings)
 

@@ -226,6 +226,22 @@ def spread(fingerprint: str, parts: int) -> int:
     return 0 if parts == 1 else zlib.crc32(fingerprint.encode("utf-8")) % parts
 
 
+def spider_key(template: str, spider_name: str, setting: str) -> str:
+    """``template`` (``setting``'s key template, ``%(spider)s`` its one placeholder)
+    for ``spider_name``. A name with a brace is refused where it goes in a key: there it
+    makes (or breaks) a Cluster hash tag, and the frontier's queue and a sharded
+    filter's keys are named from a key's tag, so spiders 'a{x}' and 'b{x}' would share
+    them. A colon or a space is kept: no key of this package is named by splitting one."""
+    if "%(spider)s" in template and ("{" in spider_name or "}" in spider_name):
+        raise DedupConfigError(
+            f"The spider name {spider_name!r} has a brace, which in the Redis keys {setting} "
+            f"names ({template!r}) would make a Cluster hash tag that other spiders may "
+            f"share: rename the spider without braces, or set {setting} to a key without "
+            "%(spider)s"
+        )
+    return template % {"spider": spider_name}
+
+
 def hash_tag(key: str) -> str:
     """What decides ``key``'s cluster slot: its hash tag (``{...}``, not empty), else
     the whole key."""

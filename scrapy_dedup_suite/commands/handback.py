@@ -11,6 +11,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from ..backends import build_backend
+from ..backends.keys import spider_key
 from ..connection import CONNECT_FAILURES
 from ..exceptions import DedupError
 from ..frontier.codec import RequestCodec, serializer
@@ -61,7 +62,7 @@ class Command(ScrapyCommand):
         backend = None
         try:
             backend = build_backend(settings, opts.spider)
-            target = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": opts.spider}
+            target = spider_key(read(settings, key := "SCHEDULER_QUEUE_KEY"), opts.spider, key)
             queue = FrontierQueue.for_backend(backend, target)
             chosen = serializer(read(settings, "SCHEDULER_SERIALIZER"))
             done = hand_back(queue, target, RequestCodec(None, chosen), chosen, opts.dry_run)

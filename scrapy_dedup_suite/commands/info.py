@@ -12,7 +12,7 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
 from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
-from ..backends.keys import as_str, failed_key, meta_key, read_hash
+from ..backends.keys import as_str, failed_key, meta_key, read_hash, spider_key
 from ..config import human_bytes
 from ..connection import CONNECT_FAILURES, get_redis
 from ..exceptions import DedupError
@@ -129,7 +129,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
     (waiting, leased, set aside or to try again: the keys hold them all);
     and scrapy-redis's own queue if one is there to take over."""
     backend = build_backend(settings, spider, server=server)
-    queue_key = read(settings, "SCHEDULER_QUEUE_KEY") % {"spider": spider}
+    queue_key = spider_key(read(settings, "SCHEDULER_QUEUE_KEY"), spider, "SCHEDULER_QUEUE_KEY")
     queue = FrontierQueue.for_backend(backend, queue_key)
     shards = [queue.counts(shard) for shard in queue.shards]
     waiting = sum(s.waiting for s in shards)

@@ -32,6 +32,7 @@ from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from ..backends.keys import spider_key
 from ..crawl_checks import dupefilter_for
 from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
@@ -123,7 +124,7 @@ class Scheduler(BaseScheduler):
         df = self.df
         df.open()
         backend = df.backend
-        self.queue_key = self.options.queue_key % {"spider": spider.name}
+        self.queue_key = spider_key(self.options.queue_key, spider.name, "SCHEDULER_QUEUE_KEY")
         self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
         self.incoming.spider = spider
         load_scripts(backend)
