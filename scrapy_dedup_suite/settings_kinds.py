@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -110,16 +111,28 @@ class Url:
 
 @dataclass(frozen=True)
 class Params:
-    """redis-py arguments: a dict (Scrapy's settings give one as a BaseSettings); unset,
-    an empty one. ``what``: whose connections they are for, in the error."""
+    """redis-py arguments: a dict (Scrapy's settings give one as a BaseSettings; ``-s``
+    a JSON object, which Scrapy's ``getdict`` and scrapy-redis read too); unset, an
+    empty one. ``what``: whose connections they are for, in the error, which never
+    shows the value: it may hold a password."""
 
     what: str
 
     def __call__(self, name: str, value: Any) -> dict[str, Any]:
         if value is None:
             return {}
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise DedupConfigError(
+                    f"{name} must be a dict of redis-py {self.what}; given as text it must be "
+                    f"a JSON object, such as -s '{name}={{\"socket_timeout\": 5}}'"
+                ) from None
         if not isinstance(value, (dict, BaseSettings)):
-            raise DedupConfigError(f"{name} must be a dict of redis-py {self.what}, got {value!r}")
+            raise DedupConfigError(
+                f"{name} must be a dict of redis-py {self.what}, got a {type(value).__name__}"
+            )
         return dict(value)
 
 

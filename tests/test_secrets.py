@@ -1,0 +1,100 @@
+"""No password is printed (issue 53): every command, and a crawl, run with a URL or
+REDIS_PARAMS holding a recognisable password, against a server that answers (an ACL
+user with that password) and against one that is gone; nothing they print holds it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from scrapy_dedup_suite.embedded import free_port
+
+from .helpers import ROOT
+
+SECRET = "S3cretPassw0rd53"
+USER = "secret-crawler"
+
+COMMANDS = [
+    ["dedup-info", "--spider", "s"],
+    ["dedup-info", "--spider", "s", "--json"],
+    ["dedup-forget", "--spider", "s", "http://example.com/"],
+    ["migrate-set-to-bloom", "--spider", "s", "--dry-run"],
+    ["dedup-janitor", "--spider", "s", "--once"],
+    ["frontier-handback", "--spider", "s", "--dry-run"],
+    ["convert-hash-layout", "--spider", "s"],
+]
+
+SPIDER = """
+import scrapy
+
+
+class S(scrapy.Spider):
+    name = "s"
+    start_urls = ["http://127.0.0.1:9/"]
+
+    def parse(self, response):
+        pass
+"""
+
+#: Per connection kind, the settings that give the password (for a server's port).
+KINDS: dict[str, Callable[[int], list[str]]] = {
+    "REDIS_URL": lambda port: [f"REDIS_URL=redis://{USER}:{SECRET}@127.0.0.1:{port}/0"],
+    "DEDUP_REDIS_URL": lambda port: [f"DEDUP_REDIS_URL=redis://{USER}:{SECRET}@127.0.0.1:{port}/0"],
+    "REDIS_PARAMS": lambda port: [
+        f"REDIS_URL=redis://127.0.0.1:{port}/0",
+        "REDIS_PARAMS=" + json.dumps({"username": USER, "password": SECRET}),
+    ],
+}
+
+
+def scrapy(*args: str, cwd: object = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def acl_user(redis_server) -> Iterator[int]:
+    """A user of the suite's server whose password is SECRET: the server's port."""
+    client = redis.Redis(port=redis_server.port)
+    client.execute_command("ACL", "SETUSER", USER, "on", f">{SECRET}", "~*", "+@all")
+    yield redis_server.port
+    client.execute_command("ACL", "DELUSER", USER)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "live"),
+    [("REDIS_URL", True), ("DEDUP_REDIS_URL", True), ("REDIS_PARAMS", True), ("REDIS_URL", False)],
+    ids=["REDIS_URL", "DEDUP_REDIS_URL", "REDIS_PARAMS", "REDIS_URL-gone"],
+)
+def test_no_command_and_no_crawl_prints_the_password(tmp_path, acl_user, kind, live):
+    port = acl_user if live else free_port()
+    given = [arg for setting in KINDS[kind](port) for arg in ("-s", setting)]
+    given += ["-s", "DEDUP_BACKEND=hash"]
+    printed = {}
+    for command in COMMANDS:
+        proc = scrapy(*command, *given)
+        printed[" ".join(command)] = (proc.returncode, proc.stdout + proc.stderr)
+    (tmp_path / "s.py").write_text(SPIDER)
+    addon = json.dumps({"scrapy_dedup_suite.Addon": 300})
+    frontier = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+    proc = scrapy(
+        "runspider", "s.py", *given, "-s", f"ADDONS={addon}", "-s", f"SCHEDULER={frontier}",
+        "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=DEBUG", cwd=tmp_path,
+    )  # fmt: skip
+    printed["crawl"] = (proc.returncode, proc.stdout + proc.stderr)
+    for name, (code, out) in printed.items():
+        assert SECRET not in out, f"{name} (exit {code}) printed the password:\n{out[-3000:]}"
+    # They ran as the user (live), or said the server is gone (6, 1 for the crawl).
+    info = printed["dedup-info --spider s --json"]
+    assert info[0] == (0 if live else 6), info[1][-2000:]
+    assert printed["crawl"][0] == (0 if live else 1), printed["crawl"][1][-3000:]
