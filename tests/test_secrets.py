@@ -5,9 +5,6 @@ user with that password) and against one that is gone; nothing they print holds 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -15,7 +12,7 @@ import redis
 
 from scrapy_dedup_suite.embedded import free_port
 
-from .helpers import ROOT
+from .test_messages import SPIDER, scrapy_cmd
 
 SECRET = "S3cretPassw0rd53"
 USER = "secret-crawler"
@@ -30,18 +27,6 @@ COMMANDS = [
     ["convert-hash-layout", "--spider", "s"],
 ]
 
-SPIDER = """
-import scrapy
-
-
-class S(scrapy.Spider):
-    name = "s"
-    start_urls = ["http://127.0.0.1:9/"]
-
-    def parse(self, response):
-        pass
-"""
-
 #: Per connection kind, the settings that give the password (for a server's port).
 KINDS: dict[str, Callable[[int], list[str]]] = {
     "REDIS_URL": lambda port: [f"REDIS_URL=redis://{USER}:{SECRET}@127.0.0.1:{port}/0"],
@@ -51,14 +36,6 @@ KINDS: dict[str, Callable[[int], list[str]]] = {
         "REDIS_PARAMS=" + json.dumps({"username": USER, "password": SECRET}),
     ],
 }
-
-
-def scrapy(*args: str, cwd: object = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -82,13 +59,13 @@ def test_no_command_and_no_crawl_prints_the_password(tmp_path, acl_user, kind, l
     given += ["-s", "DEDUP_BACKEND=hash"]
     printed = {}
     for command in COMMANDS:
-        proc = scrapy(*command, *given)
+        proc = scrapy_cmd(*command, *given)
         printed[" ".join(command)] = (proc.returncode, proc.stdout + proc.stderr)
-    (tmp_path / "s.py").write_text(SPIDER)
+    (tmp_path / "one.py").write_text(SPIDER)
     addon = json.dumps({"scrapy_dedup_suite.Addon": 300})
     frontier = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
-    proc = scrapy(
-        "runspider", "s.py", *given, "-s", f"ADDONS={addon}", "-s", f"SCHEDULER={frontier}",
+    proc = scrapy_cmd(
+        "runspider", "one.py", *given, "-s", f"ADDONS={addon}", "-s", f"SCHEDULER={frontier}",
         "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=DEBUG", cwd=tmp_path,
     )  # fmt: skip
     printed["crawl"] = (proc.returncode, proc.stdout + proc.stderr)
