@@ -286,6 +286,12 @@ def unreachable(client: Any, exc: BaseException, source: str, doing: str) -> Red
             f"protocol {doing} ({reason}): point {source} at a Redis server's port (use "
             "rediss:// where the server speaks TLS, redis:// where it does not)."
         )
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        return RedisUnreachableError(
+            f"The Redis server at {address(client)} (from {source}) showed a TLS certificate "
+            f"this client does not trust {doing} ({reason}): set REDIS_PARAMS ssl_ca_certs "
+            "to the file of the CA that signed it (or ssl_cert_reqs to 'none' not to check it)."
+        )
     if isinstance(exc, ResponseError) and "DB index" in reason:
         return RedisUnreachableError(
             f"The Redis server at {address(client)} (from {source}) has no such database "
