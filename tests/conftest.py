@@ -175,6 +175,8 @@ SUBPROCESS_MODULES = {
     "test_middleware",
     "test_messages",
     "test_failed_pages",
+    "test_secrets",
+    "test_tls",
 }
 
 
