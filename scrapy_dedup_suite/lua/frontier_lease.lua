@@ -113,7 +113,7 @@ for _, held in ipairs(due) do
 end
 frontier_check(queue, counters)
 local waiting = rcall('HGET', counters, 'waiting')
-if waiting and not (string.match(waiting, '^%-?%d+$') and #waiting <= 15) then
+if not frontier_waiting_ok(waiting) then
   set_bad('counter waiting ' .. waiting) -- (another's value: every count would fail)
   rcall('HDEL', counters, 'waiting')
 end

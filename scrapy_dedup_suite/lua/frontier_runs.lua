@@ -316,11 +316,15 @@ local function frontier_pop(queue, n, set_bad)
   return got
 end
 
+-- Whether the counter of waiting requests holds ``value`` as it writes it (or nothing).
+local function frontier_waiting_ok(value)
+  return not value or (string.match(value, '^%-?%d+$') ~= nil and #value <= 15)
+end
+
 -- Add ``by`` to the counter of requests waiting in runs (``counters``'s field
 -- ``waiting``), unless it holds another's value (the lease call sets that aside).
 local function frontier_count(counters, by)
   if by == 0 then return end
-  local now = rcall('HGET', counters, 'waiting')
-  if now and not (string.match(now, '^%-?%d+$') and #now <= 15) then return end
+  if not frontier_waiting_ok(rcall('HGET', counters, 'waiting')) then return end
   rcall('HINCRBY', counters, 'waiting', by)
 end
