@@ -27,7 +27,7 @@ import redis
 from scrapy import Request
 from scrapy_redis import queue as srq
 
-from scrapy_dedup_suite.frontier.codec import RequestCodec
+from scrapy_dedup_suite.frontier.codec import RequestCodec, serializer
 from scrapy_dedup_suite.frontier.queue import FrontierQueue
 
 from .compact_layouts import servers, settle, used
@@ -107,17 +107,23 @@ def scrapy_redis(kind: str) -> Callable[[redis.Redis, list[Request]], None]:
     return load
 
 
-def frontier(client: redis.Redis, sent: list[Request]) -> None:
-    queue = FrontierQueue(client, ["site:requests"])
-    codec = RequestCodec(Spider())  # type: ignore[arg-type]
-    entries = [(r.priority, codec.encode(r, priority_apart=True)) for r in sent]
-    queue.push(queue.shards[0], entries)
+def frontier(chosen: str | None) -> Callable[[redis.Redis, list[Request]], None]:
+    """The frontier's queue, its requests encoded as data (the default) or with
+    SCHEDULER_SERIALIZER ``chosen``."""
+
+    def load(client: redis.Redis, sent: list[Request]) -> None:
+        queue = FrontierQueue(client, ["site:requests"])
+        codec = RequestCodec(Spider(), serializer(chosen))  # type: ignore[arg-type]
+        entries = [(r.priority, codec.encode(r, priority_apart=True)) for r in sent]
+        queue.push(queue.shards[0], entries)
+
+    return load
 
 
 ROWS = [
     ("scrapy-redis priority queue", scrapy_redis("PriorityQueue")),
     ("scrapy-redis FIFO queue", scrapy_redis("FifoQueue")),
-    ("frontier", frontier),
+    ("frontier", frontier(None)),
 ]
 
 
@@ -148,7 +154,11 @@ def main() -> None:
     parser.add_argument("--urls", choices=("shared", "varied"), default="shared")
     parser.add_argument("--extras", action="store_true", help="meta and cb_kwargs too")
     parser.add_argument("--server", help="this server binary only (default: every one found)")
+    parser.add_argument(
+        "--serializer", metavar="NAME", help="the frontier's SCHEDULER_SERIALIZER (e.g. pickle)"
+    )
     args = parser.parse_args()
+    ROWS[-1] = (f"frontier ({args.serializer or 'data'})", frontier(args.serializer))
     for label, binary in servers(args.server):
         section(label, binary, args.requests, args.priorities, args.urls, args.extras)
 

@@ -19,7 +19,7 @@ from scrapy.settings import BaseSettings
 from . import config
 from .bloom_math import BloomParams, Scaling, SizingError
 from .exceptions import DedupConfigError
-from .frontier.codec import serializer
+from .frontier.codec import request_classes, serializer
 from .native_math import NativeParams
 from .settings_table import read
 from .windows import WindowSpec
@@ -271,6 +271,8 @@ class FrontierOptions:
     prefetch: int
     serializer: Any
     retry_times: int = 0
+    read_pickle: bool = False
+    request_classes: tuple[type, ...] = ()
     retry_delay: float = 60.0
     max_returns: int = 0
 
@@ -288,4 +290,6 @@ class FrontierOptions:
             retry_times=read(settings, "FRONTIER_RETRY_TIMES"),
             retry_delay=read(settings, "FRONTIER_RETRY_DELAY"),
             max_returns=read(settings, "FRONTIER_MAX_RETURNS"),
+            read_pickle=read(settings, "FRONTIER_READ_PICKLE"),
+            request_classes=request_classes(read(settings, "FRONTIER_REQUEST_CLASSES")),
         )

@@ -160,8 +160,8 @@ def test_frontier_memory_bench_runs(redis_server):
         for line in out.stdout.splitlines()
         if "B/request" in line
     }
-    assert set(per) == {"scrapy-redis priority queue", "scrapy-redis FIFO queue", "frontier"}
-    assert per["frontier"] < per["scrapy-redis priority queue"] / 2, out.stdout
+    assert set(per) == {"scrapy-redis priority queue", "scrapy-redis FIFO queue", "frontier (data)"}
+    assert per["frontier (data)"] < per["scrapy-redis priority queue"] / 2, out.stdout
 
 
 def test_frontier_kills_bench_runs(redis_server):
@@ -214,9 +214,10 @@ def test_frontier_start_bench_runs(redis_server):
 def test_frontier_memory_bench_makes_varied_requests_with_extras(redis_server):
     out = run_bench(
         "bench.frontier_memory", "--requests", "2000", "--urls", "varied", "--extras",
-        "--priorities", "2000", "--server", redis_server.binary,
+        "--priorities", "2000", "--server", redis_server.binary, "--serializer", "pickle",
     )  # fmt: skip
     assert "2,000 priorities, varied URLs" in out.stdout and "with meta and cb_kwargs" in out.stdout
+    assert "frontier (pickle)" in out.stdout
     assert out.stdout.count("B/request") == 3, out.stdout
 
 

@@ -212,7 +212,8 @@ def test_scrapy_redis_s_queue_is_taken_over_whole_with_its_priorities(server, ki
     from scrapy import Request
     from scrapy_redis import queue as srq
 
-    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.exceptions import DedupConfigError
+    from scrapy_dedup_suite.frontier.codec import PickleSerializer, RequestCodec
     from scrapy_dedup_suite.frontier.takeover import take_over
 
     spider = _Spider()
@@ -225,7 +226,9 @@ def test_scrapy_redis_s_queue_is_taken_over_whole_with_its_priorities(server, ki
         old.push(request)
     queue = FrontierQueue(server, ["site:requests"])
     codec = RequestCodec(spider)
-    assert take_over(queue, "site:requests", codec, chunk=500) == 1_203
+    with pytest.raises(DedupConfigError, match=r"1,203 request.*FRONTIER_READ_PICKLE"):
+        take_over(queue, "site:requests", codec)  # pickles: read only when asked
+    assert take_over(queue, "site:requests", codec, PickleSerializer(), chunk=500) == 1_203
     assert not server.exists("site:requests")
     got = take_all(queue)
     back = [codec.decode(entry, priority) for _, priority, entry in got]
@@ -249,7 +252,7 @@ def test_a_takeover_whose_first_chunk_is_all_stale_sets_it_aside_and_moves_the_r
     from scrapy import Request
     from scrapy_redis import queue as srq
 
-    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.codec import PickleSerializer, RequestCodec
     from scrapy_dedup_suite.frontier.takeover import take_over
 
     spider = _Spider()
@@ -267,7 +270,7 @@ def test_a_takeover_whose_first_chunk_is_all_stale_sets_it_aside_and_moves_the_r
     for i in range(7):
         old.push(Request(f"http://example.com/{i}", callback=spider.parse))
     queue = FrontierQueue(server, ["site:requests"])
-    assert take_over(queue, "site:requests", RequestCodec(spider), chunk=5) == 7
+    assert take_over(queue, "site:requests", RequestCodec(spider), PickleSerializer(), chunk=5) == 7
     assert sorted(server.lrange(queue.shards[0].bad, 0, -1)) == sorted(stale)
     assert not server.exists("site:requests")
 
@@ -275,17 +278,17 @@ def test_a_takeover_whose_first_chunk_is_all_stale_sets_it_aside_and_moves_the_r
 @pytest.mark.single_server
 def test_a_takeover_refuses_an_unreadable_queue_and_leaves_it_there(server):
     from scrapy_dedup_suite.exceptions import DedupConfigError
-    from scrapy_dedup_suite.frontier.codec import RequestCodec
+    from scrapy_dedup_suite.frontier.codec import PickleSerializer, RequestCodec
     from scrapy_dedup_suite.frontier.takeover import take_over
 
     server.zadd("site:requests", {b"not a pickle": 0})
     queue = FrontierQueue(server, ["site:requests"])
     with pytest.raises(DedupConfigError, match="set SCHEDULER_SERIALIZER"):
-        take_over(queue, "site:requests", RequestCodec(_Spider()))
+        take_over(queue, "site:requests", RequestCodec(_Spider()), PickleSerializer())
     assert server.zcard("site:requests") == 1
     server.set("other:requests", "x")
     with pytest.raises(DedupConfigError, match="holds a string"):
-        take_over(queue, "other:requests", RequestCodec(_Spider()))
+        take_over(queue, "other:requests", RequestCodec(_Spider()), PickleSerializer())
 
 
 def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(

@@ -165,11 +165,26 @@ def test_a_crawl_persisted_by_scrapy_redis_resumes_under_the_frontier(
     tmp_path, tree, redis_settings, server, queue_class
 ):
     """scrapy-redis's scheduler crawls part of the site and stops (SCHEDULER_PERSIST);
-    the frontier takes over its queue and its fingerprint set: every page once."""
+    the frontier takes over its queue and its fingerprint set: every page once. Its
+    requests are pickles: the frontier reads them only when told to (issue 53); before,
+    the open stops with one line and leaves the queue as it is."""
     first = persisted_by_scrapy_redis(tmp_path, tree, redis_settings, queue_class)
     assert server.exists("cases:requests")
-    second = crawl(tmp_path, tree, frontier(redis_settings, "set"), "b")
+    waiting = server.type("cases:requests")
+    refused = crawl(tmp_path, tree, frontier(redis_settings, "set"), "refused")
+    assert refused["pages"] == []
+    said = [
+        line
+        for line in refused["log"].splitlines()
+        if " ERROR: " in line and "FRONTIER_READ_PICKLE" in line
+    ]
+    assert len(said) == 1 and "stay there, not read" in said[0], refused["log"][-3000:]
+    assert "Traceback" not in refused["log"] and server.type("cases:requests") == waiting
+    assert refused["stats"]["finish_reason"] == "frontier_key_refused"
+    told = frontier(redis_settings, "set", FRONTIER_READ_PICKLE=True)
+    second = crawl(tmp_path, tree, told, "b")
     assert second["stats"]["frontier/taken_over"] > 0
+    assert "FRONTIER_READ_PICKLE is on" in second["log"]
     pages = Counter(first["pages"] + second["pages"])
     assert sorted(pages) == list(range(tree.pages))
     assert max(pages.values()) == 1
@@ -228,6 +243,46 @@ def test_a_crawl_with_bad_members_in_the_frontier_s_keys_fetches_every_page(
 
 
 @pytest.mark.single_server
+def test_hostile_entries_in_the_queue_are_set_aside_never_run_and_the_crawl_goes_on(
+    tmp_path, tree, redis_settings, server
+):
+    """Another client wrote three entries into the frontier's queue: a pickle that
+    creates a file when unpickled, a request naming a class that is not a Request and
+    one naming a callback that is not the spider's method. The crawl sets each aside
+    with one line, the file never appears, and every page is fetched once, as over
+    clean keys (issue 53; before, the pickle ran on the worker)."""
+    import pickle
+
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.frontier.codec import DATA, SERIALIZED
+    from scrapy_dedup_suite.frontier.queue import FrontierQueue
+
+    from .test_request_codec import WritesAFile
+
+    made = tmp_path / "pickle-ran"
+    settings = frontier(redis_settings, "compact", SCHEDULER_PERSIST=True)
+    backend = build_backend(Settings(settings), "cases")
+    queue = FrontierQueue.for_backend(backend, "cases:requests")
+    url = json.dumps(f"{tree.url}/page/0").encode()
+    hostile = [
+        SERIALIZED + pickle.dumps({"url": "http://x/", "meta": {"x": WritesAFile(made)}}),
+        DATA + b'{"url":%s,"_class":"subprocess.Popen"}' % url,
+        DATA + b'{"url":%s,"callback":"__class__"}' % url,
+    ]
+    queue.push(queue.shards[0], [(9, entry) for entry in hostile])
+    result = crawl(tmp_path, tree, settings, "hostile")
+    assert not made.exists()
+    assert sorted(result["pages"]) == list(range(tree.pages)), result["log"][-3000:]
+    assert max(Counter(result["pages"]).values()) == 1
+    said = [line for line in result["log"].splitlines() if "set aside in" in line]
+    assert len(said) == 3, result["log"][-3000:]
+    assert server.llen(queue.shards[0].aside) == 3
+    assert result["stats"]["frontier/set_aside"] == 3
+
+
+@pytest.mark.single_server
 @pytest.mark.parametrize("where", ["lease", "counters", "open"])
 def test_a_frontier_key_of_another_type_stops_the_worker_with_one_line(
     tmp_path, tree, redis_settings, server, where
@@ -283,7 +338,8 @@ def test_a_takeover_sets_aside_a_request_the_spider_cannot_rebuild_and_moves_the
         server.zadd("cases:requests", {member: 0})
     else:
         server.rpush("cases:requests", member)
-    second = crawl(tmp_path, tree, frontier(redis_settings, "set"), "b")
+    told = frontier(redis_settings, "set", FRONTIER_READ_PICKLE=True)
+    second = crawl(tmp_path, tree, told, "b")
     pages = Counter(first["pages"] + second["pages"])
     assert sorted(pages) == list(range(tree.pages))
     assert max(pages.values()) == 1

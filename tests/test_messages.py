@@ -341,16 +341,16 @@ def assert_one_line_last(out: str, message: str) -> None:
     assert "[scrapy_dedup_suite] ERROR: " in last and message in last, out[-4000:]
 
 
-def addon_runspider(tmp_path, scheduler: str, settings: list[str]) -> str:
+def addon_runspider(tmp_path, scheduler: str, settings: list[str], exits: int = 1) -> str:
     """``scrapy runspider`` with the add-on, ``scheduler`` and ``settings`` (NAME=VALUE),
-    expected to fail: its output."""
+    expected to exit with ``exits`` (1: it fails): its output."""
     (tmp_path / "one.py").write_text(SPIDER)
     given = [f"ADDONS={json.dumps({'scrapy_dedup_suite.Addon': 300})}", f"SCHEDULER={scheduler}"]
     options = [arg for name in [*given, *settings] for arg in ("-s", name)]
     proc = scrapy_cmd(
         "runspider", "one.py", *options, "-s", "TELNETCONSOLE_ENABLED=False", cwd=tmp_path
     )
-    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.returncode == exits, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
 
@@ -394,12 +394,35 @@ def test_every_wrong_redis_url_is_one_line_last(
             "DUPEFILTER_CLASS=tests.crawl.OwnDupeFilter",
             "The frontier scheduler records and enqueues each request",
         ),
+        ("FRONTIER_REQUEST_CLASSES=builtins.dict", "not a subclass of scrapy.Request"),
+        ("SCHEDULER_SERIALIZER=no.such.module", "SCHEDULER_SERIALIZER = 'no.such.module'"),
     ],
 )
 def test_every_bad_frontier_setting_is_one_line_last(tmp_path, redis_server, setting, message):
     frontier = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
     out = addon_runspider(tmp_path, frontier, [f"REDIS_URL={redis_server.url}", setting])
     assert_one_line_last(out, message)
+
+
+def test_scrapy_redis_s_pickled_queue_is_taken_over_only_when_asked(tmp_path, redis_server):
+    """scrapy-redis's persisted queue holds pickles: the frontier's open refuses to read
+    them in one line naming FRONTIER_READ_PICKLE, with no traceback, and the worker
+    stops leaving them (and the fingerprints) as they were (issue 53)."""
+    import pickle
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    member = pickle.dumps({"url": "http://127.0.0.1:9/x", "callback": "parse"}, -1)
+    client.zadd("one:requests", {member: 0})
+    client.sadd("one:dupefilter", "0" * 40)
+    frontier = "scrapy_dedup_suite.frontier.scheduler.Scheduler"
+    out = addon_runspider(tmp_path, frontier, [f"REDIS_URL={redis_server.url}"], exits=0)
+    assert "Traceback" not in out, out[-4000:]
+    said = [line for line in out.splitlines() if "FRONTIER_READ_PICKLE" in line]
+    assert len(said) == 1 and " ERROR: " in said[0], out[-4000:]
+    assert "'finish_reason': 'frontier_key_refused'" in out
+    assert client.zrange("one:requests", 0, -1) == [member]
+    assert client.smembers("one:dupefilter") == {b"0" * 40}
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,14 @@ class Refusals:
         if close:
             self.close()
 
+    def refuse(self, exc: BaseException) -> None:
+        """Stop the worker at its open with ``exc``'s one line (scrapy-redis's queue it
+        may not read): closed by the first request call, as a key refused at the open."""
+        if self.stopping:
+            return
+        self.stopping = True
+        logger.error("%s. This worker stops (reason %s)", exc, REASON)
+
     def close(self) -> None:
         """Close the spider (once), as :meth:`failed` does unless told not to."""
         if self._asked:

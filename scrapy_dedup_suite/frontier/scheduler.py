@@ -36,6 +36,7 @@ from ..backends.keys import spider_key
 from ..crawl_checks import dupefilter_for
 from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
+from ..exceptions import DedupConfigError
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from .codec import RequestCodec, RequestEncodingError
@@ -72,7 +73,9 @@ class Scheduler(BaseScheduler):
         self.stats = crawler.stats
         self.server = df.backend.server
         self.spider: Spider | None = None
-        self.codec = RequestCodec(None, options.serializer)
+        self.codec = RequestCodec(
+            None, options.serializer, options.read_pickle, options.request_classes
+        )
         self.queue: FrontierQueue | None = None
         self.queue_key = ""
         self.lease_ms = max(1, round(options.lease * 1000))
@@ -106,6 +109,9 @@ class Scheduler(BaseScheduler):
         #: The lease call running in a thread, if any.
         self._ahead: Deferred[Any] | None = None
         self._closed = False
+        #: Whether the open took its queue: a worker refused at its open, or stopped by
+        #: a key refused, deletes nothing at the close (what it refused stays as it was).
+        self._opened = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -121,6 +127,7 @@ class Scheduler(BaseScheduler):
     def open(self, spider: Spider) -> None:
         self.spider = spider
         self.codec.spider = spider
+        self.codec.say_trust()
         df = self.df
         df.open()
         backend = df.backend
@@ -130,11 +137,15 @@ class Scheduler(BaseScheduler):
         load_scripts(backend)
         try:
             waiting, held = self._open_queue()
+        except DedupConfigError as exc:  # scrapy-redis's queue it may not read: left there
+            self.refusals.refuse(exc)
+            waiting = held = 0
         except Exception as exc:  # a key of another type: one line, then the close
             if wrong_type(exc) is None:
                 raise
             self.refusals.failed(exc, "open its queue", close=False)
             waiting = held = 0
+        self._opened = True
         watch_engine(self.crawler, self._done)
         self._acknowledging = task.LoopingCall(self._acknowledge)
         self._acknowledging.start(self.options.lease / 3, now=False)
@@ -157,7 +168,7 @@ class Scheduler(BaseScheduler):
         assert self.queue is not None
         if self.options.flush_on_start:
             self.flush()
-        moved = take_over(self.queue, self.queue_key, self.codec, self.options.serializer)
+        moved = take_over(self.queue, self.queue_key, self.codec, self.codec.reader)
         self._count("frontier/taken_over", moved)
         self.queue.unaside_all()
         return self._look()[:2]
@@ -189,7 +200,7 @@ class Scheduler(BaseScheduler):
         self._count("frontier/released", sum(len(ids) for ids in released.values()))
         if self.queue is not None:
             self.later.say_at_close(self.queue, self.options.persist)
-        if not self.options.persist:
+        if not self.options.persist and self._opened and not self.refusals.stopping:
             try:
                 self.flush()
             except Exception as exc:  # Redis away at the close: what it holds stays

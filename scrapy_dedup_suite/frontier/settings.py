@@ -53,9 +53,31 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         "SCHEDULER_SERIALIZER",
         None,
         Checked("frontier.codec.serializer"),
-        "a module (or its dotted path) with `dumps` and `loads`, for requests that are not a "
-        "plain GET (default: pickle)",
+        'for requests that are not a plain GET: `"pickle"`, or a module (or its dotted '
+        "path) with `dumps` and `loads` (default: data only, JSON, which runs nothing when "
+        "read; pickle lets whoever writes to the queue run code on every worker, and says "
+        "so with a WARNING at the start)",
+        shown="unset (data only)",
         owner="scrapy-redis",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_READ_PICKLE",
+        False,
+        Flag(),
+        "read requests written with pickle: scrapy-redis's queue taken over at the start, "
+        "and the frontier's own from before its data encoding (with a WARNING: pickle runs "
+        "code from Redis; only for a Redis that trusted clients alone write)",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_REQUEST_CLASSES",
+        (),
+        Checked("frontier.codec.request_classes"),
+        "Request subclasses (or their dotted paths) the frontier stores and rebuilds by "
+        "name, besides Scrapy's own (`FormRequest`, `JsonRequest`, `XmlRpcRequest`); a "
+        "request of another class is refused when it is enqueued, naming this setting",
+        shown="none",
         table="frontier",
     ),
     Setting(

@@ -30,7 +30,7 @@ from scrapy.utils.request import request_from_dict
 from .. import scripts
 from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
-from .codec import PickleSerializer, RequestCodec, RequestEncodingError, Serializer
+from .codec import PICKLE_ADVICE, PickleSerializer, RequestCodec, RequestEncodingError, Serializer
 from .queue import FrontierQueue, Shard, entry_of, parse_run, stored_priority
 
 logger = logging.getLogger(__name__)
@@ -47,13 +47,21 @@ def take_over(
     chunk: int = CHUNK,
 ) -> int:
     """Move every request of scrapy-redis's queue at ``source`` (read with
-    ``serializer``, scrapy-redis's: pickle unless SCHEDULER_SERIALIZER) into ``queue``;
+    ``serializer``, scrapy-redis's: SCHEDULER_SERIALIZER, or pickle with
+    FRONTIER_READ_PICKLE; None: a queue there is refused, left as it is) into ``queue``;
     how many were moved."""
     server = queue.server
     kind = _kind_of(server, source, ("zset", "list"), "queue (a sorted set or a list)")
     if kind == "none":
         return 0
-    old = serializer or PickleSerializer()
+    if serializer is None:
+        count = server.zcard(source) if kind == "zset" else server.llen(source)
+        raise DedupConfigError(
+            f"scrapy-redis's queue {source!r} holds {count:,} request(s), pickled as its "
+            f"scheduler pickles them; they stay there, not read: {PICKLE_ADVICE} (or set "
+            "SCHEDULER_SERIALIZER to the module they were written with)"
+        )
+    old = serializer
     moved = turn = aside = 0
     while True:
         if kind == "zset":  # the highest priority first, as scrapy-redis pops

@@ -21,7 +21,7 @@ end
 
 -- A request given back by a worker that died holding it (its lease ended): the byte
 -- 3, how many times it came back (one byte), then the entry (the codec's entries start
--- with the byte 1 or 2). A worker is always sent the entry alone.
+-- with the byte 1, 2 or 4). A worker is always sent the entry alone.
 local function frontier_unwrap(item)
   if #item >= 2 and string.byte(item, 1) == 3 then
     return string.byte(item, 2), string.sub(item, 3)
