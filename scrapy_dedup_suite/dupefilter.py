@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
@@ -48,6 +49,7 @@ from .fingerprint import get_fingerprinter, scrapy_redis_fingerprint
 from .forgetting import Forgetting
 from .local_cache import local_cache_for
 from .options import DupefilterOptions
+from .privileges import permission_error
 from .recovery import Recovery
 from .request_expiry import RequestExpiry
 from .settings_table import check, default
@@ -245,9 +247,8 @@ class RFPDupeFilter(BaseDupeFilter):
     # -- life cycle --------------------------------------------------------------------
 
     def open(self) -> None:
-        """Check the backend's keys and parameters; fail at start-up if wrong, or if
-        Redis cannot be reached (DEDUP_ON_ERROR applies to requests, not to this check:
-        a filter must not be used before its parameters are known)."""
+        """Check the backend's keys and parameters; fail at start-up if wrong or Redis is
+        away (not DEDUP_ON_ERROR: a filter is not used before its parameters are known)."""
         backend = self.backend
         try:
             backend.open()
@@ -260,13 +261,12 @@ class RFPDupeFilter(BaseDupeFilter):
             if self.uses_expire:
                 self.expiry.start(backend.expire)
         except UNREACHABLE as exc:
+            doing = "when the dupefilter opened; the crawl cannot start (DEDUP_ON_ERROR does not "
             raise unreachable(
-                backend.server,
-                exc,
-                self.redis_source,
-                "when the dupefilter opened; the crawl cannot start (DEDUP_ON_ERROR does not "
-                "apply at start-up)",
+                backend.server, exc, self.redis_source, doing + "apply at start-up)"
             ) from None
+        except ResponseError as exc:  # a command the Redis user may not run: one line
+            raise permission_error(exc, backend.server) or exc from None
         self.counts.set("dedup/backend", backend.name)
         self.eviction.look(backend)  # the server's evictions so far: the baseline
         self.logger.info("Dupefilter: %s backend at %r", backend.name, backend.key)

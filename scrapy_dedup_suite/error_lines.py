@@ -48,7 +48,7 @@ class OneLine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         found = self._found(record)
         if found is None:
-            return True
+            return not (self._shown and _aftermath(record))
         error, message = found
         if (id(error), message) in self._shown:
             return False
@@ -73,6 +73,19 @@ class OneLine(logging.Filter):
             if lines and lines[-1].startswith(PREFIX):
                 return None, lines[-1].split(": ", 1)[-1]
         return None
+
+
+def _aftermath(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is Scrapy's stats extension failing at the close of a crawl
+    whose start this package refused (its CoreStats asserts a start time that the
+    failed open never set): shown after the refusal's line, it says nothing more."""
+    if record.name != "scrapy.utils.signal" or not record.exc_info:
+        return False
+    raised, trace = record.exc_info[1], record.exc_info[2]
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    where = trace.tb_frame.f_code.co_filename if trace is not None else ""
+    return isinstance(raised, AssertionError) and where.endswith("corestats.py")
 
 
 _FILTER = OneLine()

@@ -42,6 +42,7 @@ from .exceptions import (
     InvalidFingerprintError,
     WrongKeyTypeError,
 )
+from .privileges import permission_error
 
 if TYPE_CHECKING:
     from .backends.base import DedupBackend
@@ -204,6 +205,9 @@ def translate(exc: Exception, backend: DedupBackend, fingerprint: str) -> DedupE
             f"fingerprint {fingerprint!r} is not a hex digest of at least 16 bytes, which the "
             f"{backend.name} backend needs"
         )
+    refused = permission_error(exc, backend.server)
+    if refused is not None:  # the ACL: the same for every call, as a setting would be
+        return refused
     said = failure.message if failure is not None else scripts.explain(str(exc))
     return DedupBackendError(f"Redis refused a {backend.name} dupefilter call: {said}")
 

@@ -177,6 +177,7 @@ SUBPROCESS_MODULES = {
     "test_failed_pages",
     "test_secrets",
     "test_tls",
+    "test_acl",
 }
 
 

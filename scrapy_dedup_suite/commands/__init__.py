@@ -12,6 +12,7 @@ from scrapy.utils.misc import load_object
 
 from ..backends import DedupBackend, build_backend
 from ..connection import get_redis, is_connect_failure, redis_source, unreachable
+from ..privileges import permission_error
 from ..settings_table import read
 
 
@@ -72,6 +73,11 @@ def say_unreachable(
     None when building the backend failed (the hash backend reads which layout is
     stored): the settings' client is named (built, not connected). A failure that is
     not about connecting (a command's own error reply) is raised again."""
+    refused = permission_error(exc, client)
+    if refused is not None:  # a command the Redis user may not run: one line, exit 1
+        print(f"{name}: {refused}", file=sys.stderr)
+        command.exitcode = 1
+        return
     if not is_connect_failure(exc):
         raise exc
     if client is None:

@@ -39,6 +39,7 @@ from ..dupefilter import RFPDupeFilter
 from ..exceptions import DedupConfigError
 from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
+from ..privileges import permission_error
 from .codec import RequestCodec, RequestEncodingError
 from .idle import TAKE_EVERY, EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
@@ -134,16 +135,20 @@ class Scheduler(BaseScheduler):
         self.queue_key = spider_key(self.options.queue_key, spider.name, "SCHEDULER_QUEUE_KEY")
         self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
         self.incoming.spider = spider
-        load_scripts(backend)
         try:
+            load_scripts(backend)
             waiting, held = self._open_queue()
         except DedupConfigError as exc:  # scrapy-redis's queue it may not read: left there
             self.refusals.refuse(exc)
             waiting = held = 0
-        except Exception as exc:  # a key of another type: one line, then the close
-            if wrong_type(exc) is None:
+        except Exception as exc:  # a key of another type, a command the user may not run
+            refused = permission_error(exc, self.server)
+            if refused is not None:
+                self.refusals.refuse(refused)
+            elif wrong_type(exc) is not None:
+                self.refusals.failed(exc, "open its queue", close=False)
+            else:
                 raise
-            self.refusals.failed(exc, "open its queue", close=False)
             waiting = held = 0
         self._opened = True
         watch_engine(self.crawler, self._done)
