@@ -21,11 +21,17 @@ from .exceptions import DedupBackendError
 from .failures import ErrorPolicy, as_failure, code_of, is_transient, translate
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request, Spider
 
+    from .backend_handle import BackendHandle
+    from .backends.admission import EvictionWatch
     from .backends.base import DedupBackend
-    from .dupefilter import RFPDupeFilter
-    from .local_cache import Unrecorded
+    from .counts import DedupCounts
+    from .local_cache import KnownFingerprints, Unrecorded
+    from .recovery import Recovery
+    from .request_expiry import RequestExpiry
 
 logger = logging.getLogger(__name__)
 
@@ -209,10 +215,38 @@ class Batches:
     """A dupefilter's batch path: it owns what batches admitted (:attr:`admitted`)
     until the scheduler asks about those requests. ``BatchDedupMiddleware`` calls
     :meth:`prepare` on the reactor thread, :meth:`check` in a thread, and
-    :meth:`account` on the reactor thread."""
+    :meth:`account` on the reactor thread.
 
-    def __init__(self, df: RFPDupeFilter) -> None:
-        self.df = df
+    It checks on the dupefilter's backend (``handle``) under its ``policy``, with its
+    ``counts`` and ``recovery`` (what was let through unrecorded, the crawl to stop);
+    prepares with its ``fingerprint_of``, local cache (``known``) and ``expiry`` (None
+    when the backend keeps no expiry); looks at the server's evictions when
+    ``eviction`` says (``watch_eviction``), and logs duplicates with ``log``."""
+
+    def __init__(
+        self,
+        handle: BackendHandle,
+        policy: ErrorPolicy,
+        counts: DedupCounts,
+        recovery: Recovery,
+        *,
+        fingerprint_of: Callable[[Request], str],
+        known: KnownFingerprints | None,
+        expiry: RequestExpiry | None,
+        eviction: EvictionWatch,
+        watch_eviction: Callable[[], None],
+        log: Callable[[Request, Spider], None],
+    ) -> None:
+        self.handle = handle
+        self.policy = policy
+        self.counts = counts
+        self.recovery = recovery
+        self.fingerprint_of = fingerprint_of
+        self.known = known
+        self.expiry = expiry
+        self.eviction = eviction
+        self.watch_eviction = watch_eviction
+        self.log = log
         #: What batches recorded as new and let through: the dupefilter's
         #: request_seen answers "new" for them without a round trip.
         self.admitted = Admitted()
@@ -221,13 +255,13 @@ class Batches:
         """Fingerprints and expiries of ``requests``, and which the local cache knows
         (on the reactor thread: the fingerprinter, the cache and the stats are not
         thread-safe)."""
-        df = self.df
-        fps = [df.fingerprint_of(request) for request in requests]
-        if df.uses_expire:
-            expires = [df.expiry.of(request) for request in requests]
+        fps = [self.fingerprint_of(request) for request in requests]
+        expiry = self.expiry
+        if expiry is not None:
+            expires = [expiry.of(request) for request in requests]
         else:
             expires = [None] * len(fps)
-        known = df.known
+        known = self.known
         cached = [fp in known for fp in fps] if known is not None else [False] * len(fps)
         return Batch(requests, fps, expires, cached)
 
@@ -256,7 +290,7 @@ class Batches:
         patience: float = 0.0,
     ) -> BatchResult:
         """:func:`check` on the dupefilter's backend, under its error policy."""
-        return check(self.df.backend, self.df.policy, fingerprints, expires, patience)
+        return check(self.handle.current, self.policy, fingerprints, expires, patience)
 
     def account(
         self, batch: Batch, result: BatchResult, spider: Spider | None = None
@@ -266,26 +300,25 @@ class Batches:
         requests to pass on: the new ones and the DEFERRED ones, which the scheduler
         checks one by one. Then raise ``result.failure``, if any, yourself (in a running
         crawl the crawl is stopped instead, and the failed requests passed on)."""
-        df = self.df
-        if result.failure is not None and df.recovery.stop_crawl(result.failure):
+        if result.failure is not None and self.recovery.stop_crawl(result.failure):
             # DEDUP_ON_ERROR='raise' in a running crawl: stopped, and the requests Redis
             # could not check go to the scheduler's queue instead of being dropped.
             result.outcomes = [UNCHECKED if o == FAILED else o for o in result.outcomes]
             result.failure = None
         tally = Counter(result.outcomes)
-        if df.eviction.due(len(batch.requests)):
-            df.watch_eviction()
+        if self.eviction.due(len(batch.requests)):
+            self.watch_eviction()
         self._count_stats(batch, result, tally)
         self._warn(result, tally)
-        unrecorded = df.recovery.unrecorded
+        unrecorded = self.recovery.unrecorded
         passed, duplicates, cached = self._sort_out(batch, result, unrecorded)
         if unrecorded.let_through_again:
-            df.counts.count("dedup/unrecorded_filtered", unrecorded.let_through_again)
+            self.counts.count("dedup/unrecorded_filtered", unrecorded.let_through_again)
         unrecorded.let_through_again = 0
         if spider is not None:
             for request in duplicates:
-                df.log(request, spider)
-        df.counts.filtered(len(duplicates) - cached, cached)
+                self.log(request, spider)
+        self.counts.filtered(len(duplicates) - cached, cached)
         return passed
 
     def report_unclaimed(self) -> int:
@@ -293,7 +326,7 @@ class Batches:
         scheduler: their pages are recorded but were not queued. Returns that number."""
         count = self.admitted.take_unclaimed()
         if count:
-            self.df.counts.count("dedup/batch_unclaimed", count)
+            self.counts.count("dedup/batch_unclaimed", count)
             logger.warning(
                 "%d request(s) that BatchDedupMiddleware recorded as new never reached the "
                 "scheduler (a component after it dropped them): their pages are recorded as "
@@ -305,7 +338,7 @@ class Batches:
     def _count_stats(self, batch: Batch, result: BatchResult, tally: Counter[str]) -> None:
         """A batch's stats, as the per-request path counts them (``dedup/filtered``
         apart); ``tally``: how many of each outcome (``Counter(result.outcomes)``)."""
-        count = self.df.counts.count
+        count = self.counts.count
         count("dedup/batches")
         count("dedup/batched", len(batch.requests))
         for name, value in (
@@ -345,7 +378,7 @@ class Batches:
         one), the duplicates, and how many of those the local cache answered. An
         UNCHECKED request this process let through unrecorded before is a duplicate; one
         it let through and Redis now says is new was crawled already (``unrecorded``)."""
-        known = self.df.known
+        known = self.known
         admitted = self.admitted
         passed: list[Any] = []
         duplicates: list[Any] = []

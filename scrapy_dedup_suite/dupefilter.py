@@ -17,6 +17,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 
 from . import advice, error_lines
+from .backend_handle import BackendHandle, HandleAttributes
 from .backends import (  # noqa: F401 - dupefilter_key re-exported
     DedupBackend,
     build_backend,
@@ -85,7 +86,7 @@ def _backend_of(
     return backend
 
 
-class RFPDupeFilter(BaseDupeFilter):
+class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
     """Redis-backed request duplicates filter with pluggable storage.
 
     Built either from a backend (``RFPDupeFilter(backend, ...)``, what
@@ -112,7 +113,8 @@ class RFPDupeFilter(BaseDupeFilter):
     ) -> None:
         backend = _backend_of(backend, key, settings)
         backend.server = without_retries(backend.server)
-        self.backend = backend
+        #: The backend (``self.backend``), which the parts below call through it.
+        self.handle = BackendHandle(backend, settings)
         self.debug = debug
         self.logdupes = True
         self.counts = DedupCounts(stats, backend.capabilities.probabilistic)
@@ -127,7 +129,6 @@ class RFPDupeFilter(BaseDupeFilter):
         #: Where the other backends would keep this spider's fingerprints (checked at
         #: open when this filter is empty, to warn of a silent full re-crawl).
         self.others: dict[str, str] = {}
-        self.spider_name = ""
         self._clock: Callable[[], float] = time.monotonic
         self.uses_expire = backend.capabilities.expiring_fingerprints
         self.expiry = RequestExpiry(self.counts, self._clock)
@@ -136,19 +137,26 @@ class RFPDupeFilter(BaseDupeFilter):
         # honoured; without one, request_seen calls the fingerprint function directly.
         overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
         self.fingerprint_of = self.request_fingerprint if overridden else self.fingerprint
-        #: The batch path and what it admitted (request_seen answers "new" for those).
-        self.batches = Batches(self)
-        self.admitted = self.batches.admitted
-        #: Failed and refused calls, and what was let through unrecorded.
-        self.recovery = Recovery(self)
-        self.forgetting = Forgetting(self)  # and the pages that failed for good
-        #: The settings the backend was built from (to open it again after a conversion)
-        #: and the crawler (to stop the crawl under DEDUP_ON_ERROR='raise').
+        self.known = local_cache_for(backend, check("DEDUP_LOCAL_CACHE", local_cache))
+        #: The settings the backend was built from, and the crawler (to stop the crawl
+        #: under DEDUP_ON_ERROR='raise').
         self.settings = settings
         self.crawler: Crawler | None = None
         #: Eviction noticed while crawling (the policy, and keys evicted since open).
         self.eviction = EvictionWatch(self._clock)
-        self.known = local_cache_for(backend, check("DEDUP_LOCAL_CACHE", local_cache))
+        #: Failed and refused calls, and what was let through unrecorded.
+        self.recovery = Recovery(self.handle, self.counts, self.policy, lambda: self.crawler)
+        #: The batch path and what it admitted (request_seen answers "new" for those).
+        self.batches = Batches(
+            self.handle, self.policy, self.counts, self.recovery,
+            fingerprint_of=self.fingerprint_of, known=self.known,
+            expiry=self.expiry if self.uses_expire else None,
+            eviction=self.eviction, watch_eviction=self.watch_eviction, log=self.log,
+        )  # fmt: skip
+        self.admitted = self.batches.admitted
+        self.forgetting = Forgetting(  # and the pages that failed for good
+            self.handle, self.counts, self.fingerprint_of, self.known, self.admitted
+        )
 
     @property
     def stats(self) -> StatsCollector | None:
@@ -166,23 +174,6 @@ class RFPDupeFilter(BaseDupeFilter):
     @clock.setter
     def clock(self, clock: Callable[[], float]) -> None:
         self._clock = self.expiry.clock = self.eviction.clock = clock
-
-    # scrapy-redis's RFPDupeFilter exposes these; code written for it reads and sets them.
-    @property
-    def server(self) -> Any:
-        return self.backend.server
-
-    @server.setter
-    def server(self, server: Any) -> None:
-        self.backend = self.backend.rebind(server=without_retries(server))
-
-    @property
-    def key(self) -> str:
-        return self.backend.key
-
-    @key.setter
-    def key(self, key: str) -> None:
-        self.backend = self.backend.rebind(key=key)
 
     # -- construction ------------------------------------------------------------------
 

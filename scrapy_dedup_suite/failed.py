@@ -72,8 +72,7 @@ class FailedPagesMiddleware:
             self._looked_up = True
             if df is not None:
                 self._forgetting = df.forgetting
-                self._forgetting.records = self.forget
-                self._forgetting.expire_failed = self.expire
+                self._forgetting.configure(records=self.forget, expire_failed=self.expire)
         return self._forgetting
 
     def process_response(

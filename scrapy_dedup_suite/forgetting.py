@@ -21,9 +21,14 @@ from .exceptions import DedupConfigError
 from .failures import as_failure, translate
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request
 
-    from .dupefilter import RFPDupeFilter
+    from .backend_handle import BackendHandle
+    from .batch import Admitted
+    from .counts import DedupCounts
+    from .local_cache import KnownFingerprints
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +40,23 @@ FAILED_LIMIT = 100_000
 class Forgetting:
     """A dupefilter's forgetting: requests given back from code (:meth:`forget`) and
     the pages that failed for good (:attr:`failed`, and the record in Redis), forgotten
-    when the spider opens and closes."""
+    when the spider opens and closes. It removes fingerprints (``fingerprint_of``) from
+    the backend (``handle``), the local cache (``known``) and what a batch ``admitted``,
+    counted in ``counts``."""
 
-    def __init__(self, df: RFPDupeFilter) -> None:
-        self.df = df
+    def __init__(
+        self,
+        handle: BackendHandle,
+        counts: DedupCounts,
+        fingerprint_of: Callable[[Request], str],
+        known: KnownFingerprints | None,
+        admitted: Admitted,
+    ) -> None:
+        self.handle = handle
+        self.counts = counts
+        self.fingerprint_of = fingerprint_of
+        self.known = known
+        self.admitted = admitted
         #: Fingerprints of pages that failed for good in this run, with their URLs.
         self.failed: dict[str, str] = {}
         #: Failed pages past :data:`FAILED_LIMIT` (not remembered).
@@ -50,9 +68,15 @@ class Forgetting:
         self.expire_failed = 0.0
         self._said: set[str] = set()
 
+    def configure(self, records: bool, expire_failed: float) -> None:
+        """FailedPagesMiddleware's settings: whether failed pages are recorded in Redis
+        (DEDUP_FORGET_FAILED), and how long one stays seen (DEDUP_FAILED_EXPIRE)."""
+        self.records = records
+        self.expire_failed = expire_failed
+
     @property
     def failed_key(self) -> str:
-        return failed_key(self.df.backend.key)
+        return failed_key(self.handle.current.key)
 
     # -- forgetting ----------------------------------------------------------------------
 
@@ -60,12 +84,11 @@ class Forgetting:
         """Remove the fingerprints of ``requests`` (an exact backend; a Bloom filter's
         refusal is a DedupConfigError saying what to do instead): how many were
         recorded. This process's local cache and batch admissions forget them too."""
-        fps = list(dict.fromkeys(self.df.fingerprint_of(request) for request in requests))
+        fps = list(dict.fromkeys(self.fingerprint_of(request) for request in requests))
         return self.forget_fingerprints(fps)
 
     def forget_fingerprints(self, fingerprints: list[str]) -> int:
-        df = self.df
-        backend = df.backend
+        backend = self.handle.current
         if not backend.capabilities.forget:
             raise DedupConfigError(cannot_forget(backend))
         if not fingerprints:
@@ -76,18 +99,18 @@ class Forgetting:
             removed = backend.forget_many(fingerprints)
         except Exception as exc:  # whatever the client raised, as the package's error
             raise translate(as_failure(exc), backend, fingerprints[0]) from exc
-        known = df.known
+        known = self.known
         for fp in fingerprints:
             if known is not None:
                 known.discard(fp)
-            df.admitted.pop(fp, None)
-        df.counts.count("dedup/forgotten", removed)
+            self.admitted.pop(fp, None)
+        self.counts.count("dedup/forgotten", removed)
         return removed
 
     def recorded(self) -> dict[str, str]:
         """The failed pages recorded in Redis: this run's, and those a run killed before
         its close or another worker left."""
-        return read_hash(self.df.backend.server, self.failed_key)
+        return read_hash(self.handle.current.server, self.failed_key)
 
     def forget_failed(self) -> dict[str, str]:
         """Forget the pages that failed for good, this process's and those recorded, and
@@ -102,7 +125,7 @@ class Forgetting:
 
     def drop_records(self, fingerprints: list[str]) -> None:
         """Remove these failed pages from the record in Redis."""
-        server = self.df.backend.server
+        server = self.handle.current.server
         for part in chunks(fingerprints):
             server.hdel(self.failed_key, *part)
 
@@ -110,7 +133,7 @@ class Forgetting:
         """The filter was cleared: its failed pages with it (a key of another type is
         an error, and kept)."""
         self.failed.clear()
-        delete_if_type(self.df.backend, [self.failed_key], {self.failed_key: "hash"})
+        delete_if_type(self.handle.current, [self.failed_key], {self.failed_key: "hash"})
 
     # -- what FailedPagesMiddleware says ---------------------------------------------------
 
@@ -118,12 +141,11 @@ class Forgetting:
         """``request``'s download failed for good (``reason``: ``http_503``, an
         exception's class name): count it, and remember its page to forget at close,
         with the pages that redirected to it."""
-        df = self.df
-        df.counts.count("dedup/failed")
-        df.counts.count(f"dedup/failed/{reason}")
+        self.counts.count("dedup/failed")
+        self.counts.count(f"dedup/failed/{reason}")
         new: dict[str, str] = {}
         for url in [*request.meta.get("redirect_urls", ()), request.url]:
-            fp = df.fingerprint_of(request if url == request.url else request.replace(url=url))
+            fp = self.fingerprint_of(request if url == request.url else request.replace(url=url))
             if fp in self.failed:
                 continue
             if len(self.failed) >= FAILED_LIMIT:
@@ -132,14 +154,14 @@ class Forgetting:
             self.failed[fp] = new[fp] = url
         if new and self.records:
             self._call(lambda server: self._record(server, new), "record failed pages in Redis")
-            caps = df.backend.capabilities
+            caps = self.handle.current.capabilities
             if self.expire_failed and caps.expiring_fingerprints and caps.forget:
                 self._call(lambda server: self._expire_soon(list(new)), "expire failed pages")
 
     def _expire_soon(self, fingerprints: list[str]) -> None:
         """Record ``fingerprints`` again with the short expiry of DEDUP_FAILED_EXPIRE (a
         page asked for between the two calls is downloaded: once more at most)."""
-        backend = self.df.backend
+        backend = self.handle.current
         backend.forget_many(fingerprints)
         backend.check_and_add_many(fingerprints, [self.expire_failed] * len(fingerprints))
 
@@ -150,7 +172,7 @@ class Forgetting:
 
     def succeeded(self, request: Request) -> None:
         """``request`` was downloaded after all (a retry by other means): not failed."""
-        fp = self.df.fingerprint_of(request)
+        fp = self.fingerprint_of(request)
         if self.failed.pop(fp, None) is not None and self.records:
             self._call(lambda server: server.hdel(self.failed_key, fp), "update failed pages")
 
@@ -158,7 +180,7 @@ class Forgetting:
         """A Redis call for the record of failed pages; a failure is said once, never
         raised (this process still forgets its own at its close)."""
         try:
-            call(self.df.backend.server)
+            call(self.handle.current.server)
         except Exception as exc:  # (the pages stay in this process's list)
             if doing not in self._said:
                 self._said.add(doing)
@@ -174,7 +196,7 @@ class Forgetting:
     def open(self, forget_failed: bool) -> int:
         """At the spider's open: forget the failed pages a run killed before its close
         (or another worker) left recorded. Never raises. Returns how many."""
-        if not forget_failed or not self.df.backend.capabilities.forget:
+        if not forget_failed or not self.handle.current.capabilities.forget:
             return 0
         try:
             pages = self.forget_failed()
@@ -200,7 +222,7 @@ class Forgetting:
         count = len(self.failed) + self.overflow
         if not count:
             return 0
-        backend = self.df.backend
+        backend = self.handle.current
         if not forget_failed:
             logger.info(
                 "%d page(s) failed for good in this run and stay recorded as seen "
@@ -213,7 +235,7 @@ class Forgetting:
                 "%d page(s) failed for good in this run and stay recorded as seen; they are "
                 "listed by scrapy dedup-forget --spider %s --failed. %s",
                 count,
-                self.df.spider_name or "NAME",
+                self.handle.spider_name or "NAME",
                 cannot_forget(backend),
             )
             return 0

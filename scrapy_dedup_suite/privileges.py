@@ -140,15 +140,10 @@ def acl_line(
     *names: str, user: str = "crawler", password: str = "PASSWORD", keys: tuple[str, ...] = ()
 ) -> str:
     """``ACL SETUSER`` granting exactly the features ``names`` on ``keys`` (patterns
-    such as ``site:*`` and ``{site:*``, from the key templates)."""
+    such as ``site:*`` and ``{site:*``: ``backends.keys.spider_key_patterns``)."""
     patterns = " ".join(f"~{pattern}" for pattern in keys)
     grants = " ".join(f"+{command}" for command in commands_of(*names))
     return f"ACL SETUSER {user} on >{password} resetkeys {patterns} resetchannels -@all {grants}"
-
-
-def spider_keys(spider: str) -> tuple[str, str]:
-    """The key patterns of a spider's keys under the default key templates."""
-    return (f"{spider}:*", f"{{{spider}:*")
 
 
 #: A script's call the ACL refused (Redis 7.0 answers ERR, later servers NOPERM; the

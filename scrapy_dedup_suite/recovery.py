@@ -16,26 +16,40 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import deferred_from_coro
 
-from .backends import build_backend
-from .connection import failure_text, without_retries
+from .connection import failure_text
 from .exceptions import DedupBackendError, InvalidFingerprintError
 from .failures import as_failure, code_of, translate
 from .local_cache import Unrecorded
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from collections.abc import Callable
 
-    from .dupefilter import RFPDupeFilter
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from .backend_handle import BackendHandle
+    from .counts import DedupCounts
+    from .failures import ErrorPolicy
 
 logger = logging.getLogger(__name__)
 
 
 class Recovery:
     """A dupefilter's answers when its call failed or was refused, and what it let
-    through unrecorded (:attr:`unrecorded`)."""
+    through unrecorded (:attr:`unrecorded`): on its backend (``handle``), counted in
+    ``counts``, under ``policy``; ``crawler()``: the crawl to stop, if any."""
 
-    def __init__(self, df: RFPDupeFilter) -> None:
-        self.df = df
+    def __init__(
+        self,
+        handle: BackendHandle,
+        counts: DedupCounts,
+        policy: ErrorPolicy,
+        crawler: Callable[[], Crawler | None],
+    ) -> None:
+        self.handle = handle
+        self.counts = counts
+        self.policy = policy
+        self.crawler = crawler
         #: What this process let through while Redis could not record it: each once.
         self.unrecorded = Unrecorded()
         self._said: set[str] = set()  # refusals logged (each said once)
@@ -51,16 +65,15 @@ class Recovery:
         trusted, and the request counts as new (``dedup/ambiguous``). A request let
         through unchecked counts in ``dedup/errors`` only.
         """
-        df = self.df
-        backend = df.backend
+        backend = self.handle.current
         try:
-            seen, retries, exc = df.policy.retry(lambda: backend.check_and_add(fp, expire), exc)
+            seen, retries, exc = self.policy.retry(lambda: backend.check_and_add(fp, expire), exc)
         except Exception as refused:  # (retry raises only what is not transient)
             raise translate(as_failure(refused), backend, fp) from refused
         if retries:
-            df.counts.count("dedup/retries", retries)
+            self.counts.count("dedup/retries", retries)
         if seen is not None:
-            df.counts.count("dedup/ambiguous" if seen else "dedup/added")
+            self.counts.count("dedup/ambiguous" if seen else "dedup/added")
             return False
         if code_of(exc) == "OOM" and self._recorded_before(fp):
             return True  # full memory refuses writes; reads still answer duplicates
@@ -69,7 +82,7 @@ class Recovery:
             fp,
             DedupBackendError(
                 f"Redis failed while checking {request!r} against the {backend.name} "
-                f"dupefilter at {backend.key!r}, also after {df.policy.retries} retries: "
+                f"dupefilter at {backend.key!r}, also after {self.policy.retries} retries: "
                 f"{failure_text(exc)}"
             ),
             exc,
@@ -79,12 +92,12 @@ class Recovery:
         """Whether a read-only check finds ``fp`` (a call that could not write, on a
         server out of memory): then the request is a duplicate, filtered."""
         try:
-            found = self.df.backend.contains(fp)
+            found = self.handle.current.contains(fp)
         except Exception:  # (reads fail too: the request is let through once)
             return False
         if found:
-            self.df.counts.filtered()
-            self.df.counts.count("dedup/read_only_filtered")
+            self.counts.filtered()
+            self.counts.count("dedup/read_only_filtered")
         return found
 
     def refused(self, request: Request, fp: str, expire: Any, failure: Exception) -> bool:
@@ -93,48 +106,18 @@ class Recovery:
         stamps were switched by a conversion is opened again as its record now says, and
         the call made there; anything else follows the error policy, the request never
         dropped."""
-        df = self.df
-        error = translate(failure, df.backend, fp)
+        handle = self.handle
+        error = translate(failure, handle.current, fp)
         if isinstance(error, InvalidFingerprintError):
             raise error from failure  # every request would be refused: the fingerprinter
-        if code_of(failure) == "dedup:STAMP" and self._reopen():
+        if code_of(failure) == "dedup:STAMP" and handle.reopen():
+            self.counts.count("dedup/reopened")
             try:
-                return df.counts.counted(df.backend.check_and_add(fp, expire))
+                return self.counts.counted(handle.current.check_and_add(fp, expire))
             except Exception as exc:
                 failure = as_failure(exc)
-                error = translate(failure, df.backend, fp)
+                error = translate(failure, handle.current, fp)
         return self.let_through(request, fp, error, failure, refused=True)
-
-    def _reopen(self) -> bool:
-        """Build the backend again from the settings and what the filter's record says
-        now (a conversion switched its layout under this worker): whether it changed."""
-        df = self.df
-        old = df.backend
-        if df.settings is None:
-            return False
-        try:
-            new = build_backend(df.settings, df.spider_name, server=old.server, key=old.key)
-            new.open()
-        except Exception as exc:
-            logger.error(
-                "The %s filter at %r refused this worker's layout, and opening it again failed: %s",
-                old.name,
-                old.key,
-                failure_text(exc),
-            )
-            return False
-        if type(new) is type(old):
-            return False
-        new.server = without_retries(new.server)
-        df.backend = new
-        logger.warning(
-            "The filter at %r was converted under this worker (its stamps say another layout): "
-            "reopened it as %s and went on; other workers do the same on their next request",
-            old.key,
-            type(new).__name__,
-        )
-        df.counts.count("dedup/reopened")
-        return True
 
     def let_through(
         self, request: Request, fp: str, error: Exception, cause: Exception, refused: bool = False
@@ -144,14 +127,13 @@ class Recovery:
         ``error`` is raised. 'allow': the request is let through, once: this process
         answers "seen" for it from then on (:class:`Unrecorded`), so no page is crawled
         at every link to it while Redis fails."""
-        df = self.df
         unrecorded = self.unrecorded
-        raises = df.policy.raises
+        raises = self.policy.raises
         if not raises and fp in unrecorded:
-            df.counts.filtered()
-            df.counts.count("dedup/unrecorded_filtered")
+            self.counts.filtered()
+            self.counts.count("dedup/unrecorded_filtered")
             return True
-        df.counts.count("dedup/errors")
+        self.counts.count("dedup/errors")
         if raises:
             if not self.stop_crawl(error):
                 raise error from cause
@@ -177,7 +159,7 @@ class Recovery:
     def stop_crawl(self, error: Exception) -> bool:
         """DEDUP_ON_ERROR='raise' in a running crawl: say ``error`` and close the spider
         (reason ``dedup_error``). Whether a crawl was there to stop."""
-        crawler = self.df.crawler
+        crawler = self.crawler()
         try:  # (a crawler not crawling yet says so with a RuntimeError)
             engine = crawler.engine if crawler is not None else None
             spider = crawler.spider if crawler is not None else None

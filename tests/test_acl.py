@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from scrapy_dedup_suite.privileges import BY_NAME, acl_line, commands_of, spider_keys
+from scrapy_dedup_suite.backends.keys import spider_key_patterns as spider_keys
+from scrapy_dedup_suite.privileges import BY_NAME, acl_line, commands_of
 
 from .helpers import ROOT, crawl, settings_for
 from .test_messages import SPIDER, scrapy_cmd

@@ -422,7 +422,8 @@ def test_an_acl_refusal_inside_a_script_names_the_command(redis_server, server):
         url = redis_server.url.replace("redis://", "redis://crawler:pw@")
         where = {"REDIS_URL": url, "DEDUP_REDIS_CLUSTER": False}
         df = dupefilter(where, "bloom", DEDUP_ON_ERROR="raise")  # no crawl to stop: raised
-        with pytest.raises(DedupBackendError, match=r"the command is SETBIT, in filter_add\.lua"):
+        refused = r"may not run SETBIT \(called in the package's filter_add\.lua\)"
+        with pytest.raises(DedupConfigError, match=refused):  # and the ACL line to add
             df.request_seen(Request("http://acl.test/"))
     finally:
         server.execute_command("ACL", "DELUSER", "crawler")

@@ -258,3 +258,9 @@ def frontier_key(anchor: str) -> str:
     requests; beside it ``:leases``, ``:expiries``, ``:counters``, ``:aside``,
     ``:later`` and ``:bad``)."""
     return "{" + hash_tag(anchor) + "}:frontier"
+
+
+def spider_key_patterns(spider: str) -> tuple[str, str]:
+    """The ACL key patterns of a spider's keys under the default key templates
+    (``%(spider)s:...``, and the Cluster hash tags ``{%(spider)s:...}``)."""
+    return (f"{spider}:*", "{" + spider + ":*")
