@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
+from .engine_state import engine_scheduler
 from .forgetting import Forgetting
-from .middleware import engine_slot, scheduler_dupefilter
+from .middleware import scheduler_dupefilter
 from .settings_table import read
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class FailedPagesMiddleware:
     def _retried_later(self, request: Request) -> bool:
         """Whether the scheduler (the frontier's) puts the page back in its queue to try
         it again later, rather than leave it failed for good."""
-        scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
+        scheduler = engine_scheduler(self.crawler)
         retry_later = getattr(scheduler, "retry_later", None)
         return bool(retry_later(request)) if retry_later is not None else False
 

@@ -38,7 +38,7 @@ without having been queued. So, by construction:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -51,7 +51,8 @@ from .connection import check_reachable
 from .crawl_checks import check_crawl_settings, is_frontier
 from .daemon_threads import DaemonThreads
 from .dupefilter import RFPDupeFilter
-from .exceptions import ClientFailure, DedupConfigError
+from .engine_state import engine_closing, engine_scheduler, spider_middlewares
+from .exceptions import ClientFailure
 from .options import BatchOptions
 
 if TYPE_CHECKING:
@@ -102,40 +103,13 @@ def passes_requests_on(mw: Any) -> bool:
     return False
 
 
-def engine_slot(crawler: Crawler) -> Any:
-    """The engine's slot (its scheduler, and whether it is closing), or None."""
-    engine = crawler.engine
-    return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-
-
-def watch_engine(crawler: Crawler, done: Callable[[Any], None]) -> None:
-    """``done(request)`` when the engine is done with a request: when it leaves the
-    engine's set of requests in progress, after its response was parsed and what the
-    callback yielded was scheduled (or its failure handled)."""
-    slot = engine_slot(crawler)
-    inprogress = getattr(slot, "inprogress", None)
-    if not isinstance(inprogress, set):
-        raise DedupConfigError(
-            "The frontier scheduler cannot see when this Scrapy's engine is done with a "
-            "request (no engine slot with a set of requests in progress); use Scrapy "
-            ">= 2.13 or another SCHEDULER"
-        )
-
-    class InProgress(set):  # type: ignore[type-arg]
-        def remove(self, request: Any) -> None:
-            super().remove(request)
-            done(request)
-
-    slot.inprogress = InProgress(inprogress)
-
-
 def scheduler_dupefilter(
     crawler: Crawler, component: str, without: str
 ) -> tuple[bool, RFPDupeFilter | None]:
     """Whether the engine has opened the spider (its scheduler is there), and the
     scheduler's dupefilter if it is this package's; if it is another, a WARNING says
     that ``component`` goes ``without`` it, and what to set."""
-    scheduler = getattr(engine_slot(crawler), "scheduler", None)
+    scheduler = engine_scheduler(crawler)
     if scheduler is None:
         return False, None
     df = getattr(scheduler, "df", None)
@@ -195,7 +169,7 @@ class BatchDedupMiddleware:
     def _placed_last(self) -> bool:
         """Whether no spider middleware that may drop or replace requests sees a
         callback's output after this one; if one does, say which and what to set."""
-        middlewares = list(self.crawler.engine.scraper.spidermw.middlewares)
+        middlewares = spider_middlewares(self.crawler)
         mine = next(i for i, mw in enumerate(middlewares) if mw is self)
         # The output runs from the spider to the engine: from the last middleware of
         # the list (highest order) to the first, so those before this one come after it.
@@ -235,11 +209,7 @@ class BatchDedupMiddleware:
 
     def closing(self) -> bool:
         """Whether the crawl is closing or stopping (read from batch threads too)."""
-        engine = self.crawler.engine
-        if engine is None or not engine.running:
-            return True
-        slot = engine_slot(self.crawler)
-        return slot is None or getattr(slot, "closing", None) is not None
+        return engine_closing(self.crawler)
 
     # -- spider output -------------------------------------------------------------------
 
@@ -299,7 +269,7 @@ class BatchDedupMiddleware:
         group (the dupefilter's batch path alone would record requests the frontier
         has not enqueued yet; under it, this middleware never uses that path)."""
         if self._frontier is None:
-            scheduler = getattr(engine_slot(self.crawler), "scheduler", None)
+            scheduler = engine_scheduler(self.crawler)
             if scheduler is None:
                 return None  # the engine has not opened the spider yet: look again later
             # (By what it says of itself: Scrapy's BaseScheduler makes isinstance() true

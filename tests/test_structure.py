@@ -114,3 +114,19 @@ def test_no_class_takes_a_method_back_from_a_base_by_assignment():
                 ):
                     found.append(f"{path.relative_to(PACKAGE)}:{statement.lineno}")
     assert not found, f"methods taken back by assignment: {found}"
+
+
+def test_scrapy_s_private_engine_state_is_read_in_one_module():
+    """The engine's slot, its requests in progress, its next turn and the spider
+    middlewares' list are Scrapy's private parts: engine_state.py alone reads them
+    (with the Scrapy versions it was checked against), so a Scrapy release that moves
+    them is one module to look at."""
+    private = ("._slot", '"_slot"', "inprogress", "nextcall", "spidermw")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "engine_state.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(name in line for name in private)
+    ]
+    assert not found, found

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..engine_state import ask_for_requests
+
 if TYPE_CHECKING:
     from .queue import Shard
 
@@ -158,7 +160,7 @@ class EngineWaker:
     def now(self) -> None:
         slot = self.slot()
         if slot is not None and not self.timer.stopped:
-            slot.nextcall.schedule()
+            ask_for_requests(slot)
 
     def soon(self, delay: float) -> None:
         """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""

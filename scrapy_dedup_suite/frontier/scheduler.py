@@ -36,8 +36,8 @@ from ..backends.keys import spider_key
 from ..crawl_checks import dupefilter_for
 from ..daemon_threads import DaemonThreads
 from ..dupefilter import RFPDupeFilter
+from ..engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
-from ..middleware import engine_slot, watch_engine
 from ..options import FrontierOptions
 from ..privileges import permission_error
 from .codec import RequestCodec, RequestEncodingError
