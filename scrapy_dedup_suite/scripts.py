@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from redis.cluster import ClusterPipeline
 from redis.exceptions import AskError, NoScriptError, RedisError, TryAgainError
 
+from . import answers
 from .connection import ask_targets
 
 T = TypeVar("T")
@@ -71,7 +72,8 @@ class LuaScript:
         body = _read(name) if text is None else text
         #: The script's own text (its first line names the fragments it uses).
         self.body = body
-        self.source = "\n".join([*(_read(part) for part in includes(name, body)), body])
+        parts = [answers.lua(), *(_read(part) for part in includes(name, body)), body]
+        self.source = "\n".join(parts)
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
 

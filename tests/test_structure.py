@@ -130,3 +130,18 @@ def test_scrapy_s_private_engine_state_is_read_in_one_module():
         if any(name in line for name in private)
     ]
     assert not found, found
+
+
+def test_the_scripts_answer_codes_are_named_in_one_table():
+    """The add scripts' answers beyond seen/new (a layer added, the last layer full,
+    more of the schedule needed) are named in answers.py, whose line opens every
+    script: no bare -11, -(10 + n) or -2 in the scripts or in the code reading them."""
+    bare = ("-11", "-(10", "answer == -", "answer <= -", "answer > -", "answer < -", "code = -")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted([*PACKAGE.rglob("*.lua"), *PACKAGE.rglob("*.py")])
+        if path.name != "answers.py"
+        for number, line in enumerate(path.read_text().splitlines(keepends=True), 1)
+        if any(code in line for code in bare)
+    ]
+    assert not found, found

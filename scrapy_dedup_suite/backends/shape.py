@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import scripts
+from ..answers import FULL, GREW, layers_needed, sent_again
 from ..bloom_math import BloomParams, Layer, Scaling
 from ..exceptions import FilterMismatchError
 from .keys import layer_key, layers_key
@@ -166,9 +167,10 @@ class Fixed(Shape):
 class Scalable(Shape):
     """Layers added as each fills (Almeida et al., 2007), per block; lua/layers.lua.
 
-    Each call sends the layers known to be in use and one more; an answer of
-    -(10 + n) says a block uses (or is about to add) layer n, and the call is
-    made again with more (:meth:`learn`)."""
+    Each call sends the layers known to be in use and one more; an answer below
+    ``answers.MORE`` says a block uses (or is about to add) layer
+    ``answers.layers_needed(answer)``, and the call is made again with more
+    (:meth:`learn`)."""
 
     add_script = scripts.SCALABLE_ADD
     contains_script = scripts.SCALABLE_CONTAINS
@@ -236,16 +238,16 @@ class Scalable(Shape):
         return [stamp_key, base, layers_key(base)]
 
     def again(self, answer: int) -> bool:
-        return answer <= -11
+        return sent_again(answer)
 
     def learn(self, answers: Sequence[int]) -> None:
-        self._know(max(-answer - 10 for answer in answers))
+        self._know(max(layers_needed(answer) for answer in answers))
 
     def grown(self, answer: int, backend: str) -> None:
-        if answer == -1:
+        if answer == GREW:
             self.layers_added += 1
             logger.info("The scalable %s filter at %r added a layer", backend, self.where)
-        elif answer == -2 and not self._full_warned:
+        elif answer == FULL and not self._full_warned:
             self._full_warned = True
             last = self.layers[-1]
             logger.warning(

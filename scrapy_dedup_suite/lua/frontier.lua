@@ -69,15 +69,16 @@ local function frontier_take()
   return { queue, pairs_, leases, expiries, acks, counters }
 end
 
--- After the add script answered ``out`` (one answer per fingerprint: > 0 seen; 0 or
--- -1 .. -10 new, written; <= -11 nothing written, to be sent again): push the request
+-- After the add script answered ``out`` (one answer per fingerprint: > 0 seen;
+-- ANSWER_MORE .. 0 new, written; below ANSWER_MORE nothing written, to be sent
+-- again; answers.py): push the request
 -- of each fingerprint written as new, then acknowledge the leases named (last: an
 -- error before leaves them held). Returns ``out``.
 local function frontier_enqueue(taken, out)
   local pairs_, items = taken[2], {}
   for i = 1, #out do
     local answer = out[i]
-    if answer <= 0 and answer > -11 then
+    if answer <= 0 and answer >= ANSWER_MORE then
       items[#items + 1] = { pairs_[2 * i - 1], pairs_[2 * i] }
     end
   end

@@ -8,8 +8,8 @@
 -- The layer schedule is sent in ARGV: m, k and capacity per block of each layer
 -- sent (those in use and one more, to keep calls short), beside the number of
 -- layers the filter may have. A call that needs a layer it was not sent answers
--- -(10 + layers needed) before writing anything, and the client calls again
--- with more.
+-- ANSWER_MORE - (layers needed) before writing anything, and the client calls again
+-- with more (the ANSWER_ names: answers.py, the first line of every script).
 
 -- The layers sent, from ARGV[first] to ARGV[last].
 local function dedup_schedule(first, last)
@@ -38,7 +38,7 @@ end
 
 -- The answer that asks the client for the schedule of ``needed`` layers.
 local function dedup_need_layers(needed)
-  return -(10 + needed)
+  return ANSWER_MORE - needed
 end
 
 -- Whether a layer of the filter at group g holds the fingerprint (n: its layers).
@@ -53,8 +53,8 @@ local function dedup_layers_hold(g, n, sched, h1, h2)
 end
 
 -- Add to the newest layer of the filter at group g, after adding a layer when
--- that one is full. Returns 0, or -1 when a layer was added, or -2 when the
--- newest layer was full and it is the last one the filter may have (the
+-- that one is full. Returns 0, or ANSWER_GREW when a layer was added, or ANSWER_FULL
+-- when the newest layer was full and it is the last one the filter may have (the
 -- fingerprint is added anyway), or dedup_need_layers() before writing anything.
 -- ttl > 0: keys created here get that expiry in milliseconds (time buckets).
 local function dedup_layers_add(g, n, count, sched, total, h1, h2, ttl)
@@ -66,10 +66,10 @@ local function dedup_layers_add(g, n, count, sched, total, h1, h2, ttl)
     end
     if n < total then
       n = n + 1
-      code = -1
+      code = ANSWER_GREW
       count = 0
     else
-      code = -2
+      code = ANSWER_FULL
     end
   end
   local layer = sched[n]

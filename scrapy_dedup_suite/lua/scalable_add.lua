@@ -9,9 +9,9 @@
 -- layers sent, ARGV[6 .. 5 + 3s]: their m, k and capacity per block; then per
 -- fingerprint: its group (1-based) and the fingerprint (hex).
 -- Returns one answer per fingerprint, in order: the 1-based index of the
--- filter holding it (seen), or 0 / -1 / -2 after adding it (new; -1: a layer
--- was added; -2: past the last layer), or <= -11: more of the schedule is
--- needed; then nothing was written for it nor for any later fingerprint of
+-- filter holding it (seen), or 0 / ANSWER_GREW / ANSWER_FULL after adding it
+-- (new; a layer was added; past the last layer), or below ANSWER_MORE: more of the
+-- schedule is needed (answers.py); then nothing was written for it nor for any later fingerprint of
 -- its group, which all answer the same, and the client calls again with them.
 -- A damaged layer record or bitmap refuses the whole call before any write.
 local ttl, f, total, s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -66,7 +66,7 @@ for i = 1, #groups do
       dedup_stamp(KEYS[g], ARGV[1])
       answer = dedup_layers_add(g + 1, n1, count1, sched, total, h1, h2, ttl)
     end
-    if answer <= -11 then blocked[g] = answer end
+    if answer < ANSWER_MORE then blocked[g] = answer end
   end
   out[i] = answer
 end

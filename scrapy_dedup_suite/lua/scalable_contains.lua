@@ -4,7 +4,7 @@
 -- ARGV[1]: fingerprint (hex), ARGV[2]: the number of layers a filter may have,
 -- ARGV[3..]: m, k and capacity per block of the layers sent (layers.lua).
 -- Returns the 1-based index of the first filter holding the fingerprint, or 0,
--- or <= -11 (more of the schedule needed).
+-- or below ANSWER_MORE (more of the schedule needed: answers.py).
 local h1, h2 = dedup_hashes(ARGV[1])
 if not h1 then dedup_bad_fingerprint(ARGV[1]) end
 local sched = dedup_schedule(3, #ARGV)
