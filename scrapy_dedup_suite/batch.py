@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from .backends.admission import EvictionWatch
     from .backends.base import DedupBackend
     from .counts import DedupCounts
-    from .local_cache import KnownFingerprints, Unrecorded
+    from .local_cache import Unrecorded
     from .recovery import Recovery
-    from .request_expiry import RequestExpiry
+    from .request_step import RequestStep
 
 logger = logging.getLogger(__name__)
 
@@ -219,9 +219,9 @@ class Batches:
 
     It checks on the dupefilter's backend (``handle``) under its ``policy``, with its
     ``counts`` and ``recovery`` (what was let through unrecorded, the crawl to stop);
-    prepares with its ``fingerprint_of``, local cache (``known``) and ``expiry`` (None
-    when the backend keeps no expiry); looks at the server's evictions when
-    ``eviction`` says (``watch_eviction``), and logs duplicates with ``log``."""
+    prepares with its per-request ``step`` (fingerprint, local cache, expiry); looks
+    at the server's evictions when ``eviction`` says (``watch_eviction``), and logs
+    duplicates with ``log``."""
 
     def __init__(
         self,
@@ -229,10 +229,8 @@ class Batches:
         policy: ErrorPolicy,
         counts: DedupCounts,
         recovery: Recovery,
+        step: RequestStep,
         *,
-        fingerprint_of: Callable[[Request], str],
-        known: KnownFingerprints | None,
-        expiry: RequestExpiry | None,
         eviction: EvictionWatch,
         watch_eviction: Callable[[], None],
         log: Callable[[Request, Spider], None],
@@ -241,9 +239,7 @@ class Batches:
         self.policy = policy
         self.counts = counts
         self.recovery = recovery
-        self.fingerprint_of = fingerprint_of
-        self.known = known
-        self.expiry = expiry
+        self.step = step
         self.eviction = eviction
         self.watch_eviction = watch_eviction
         self.log = log
@@ -255,15 +251,10 @@ class Batches:
         """Fingerprints and expiries of ``requests``, and which the local cache knows
         (on the reactor thread: the fingerprinter, the cache and the stats are not
         thread-safe)."""
-        fps = [self.fingerprint_of(request) for request in requests]
-        expiry = self.expiry
-        if expiry is not None:
-            expires = [expiry.of(request) for request in requests]
-        else:
-            expires = [None] * len(fps)
-        known = self.known
-        cached = [fp in known for fp in fps] if known is not None else [False] * len(fps)
-        return Batch(requests, fps, expires, cached)
+        steps = [self.step.before(request) for request in requests]
+        fps = [step.fingerprint for step in steps]
+        expires = [step.expire for step in steps]
+        return Batch(requests, fps, expires, [step.cached for step in steps])
 
     def check(self, batch: Batch, patience: float = 0.0) -> BatchResult:
         """:func:`check` for the fingerprints of ``batch`` the local cache does not know
@@ -378,7 +369,7 @@ class Batches:
         one), the duplicates, and how many of those the local cache answered. An
         UNCHECKED request this process let through unrecorded before is a duplicate; one
         it let through and Redis now says is new was crawled already (``unrecorded``)."""
-        known = self.known
+        learn = self.step.learn
         admitted = self.admitted
         passed: list[Any] = []
         duplicates: list[Any] = []
@@ -398,15 +389,14 @@ class Batches:
                 unrecorded.add(fp)
             if outcome == SEEN:
                 cached += was_known
-                if known is not None:
-                    known.add(fp)
+                learn(fp)
                 duplicates.append(request)
                 continue
             if outcome == FAILED:
                 continue
             if outcome != DEFERRED:
-                if known is not None and outcome != UNCHECKED:
-                    known.add(fp)
+                if outcome != UNCHECKED:
+                    learn(fp)
                 admitted.admit(fp)
             passed.append(request)
         return passed, duplicates, cached

@@ -53,6 +53,7 @@ from .options import DupefilterOptions
 from .privileges import permission_error
 from .recovery import Recovery
 from .request_expiry import RequestExpiry
+from .request_step import RequestStep
 from .settings_table import check, default
 
 if TYPE_CHECKING:
@@ -138,6 +139,9 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         overridden = type(self).request_fingerprint is not RFPDupeFilter.request_fingerprint
         self.fingerprint_of = self.request_fingerprint if overridden else self.fingerprint
         self.known = local_cache_for(backend, check("DEDUP_LOCAL_CACHE", local_cache))
+        #: Fingerprint, local cache, expiry: the step every path takes (request_step.py).
+        expiry = self.expiry if self.uses_expire else None
+        self.step = RequestStep(self.fingerprint_of, self.known, expiry)
         #: The settings the backend was built from, and the crawler (to stop the crawl
         #: under DEDUP_ON_ERROR='raise').
         self.settings = settings
@@ -148,9 +152,7 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         self.recovery = Recovery(self.handle, self.counts, self.policy, lambda: self.crawler)
         #: The batch path and what it admitted (request_seen answers "new" for those).
         self.batches = Batches(
-            self.handle, self.policy, self.counts, self.recovery,
-            fingerprint_of=self.fingerprint_of, known=self.known,
-            expiry=self.expiry if self.uses_expire else None,
+            self.handle, self.policy, self.counts, self.recovery, self.step,
             eviction=self.eviction, watch_eviction=self.watch_eviction, log=self.log,
         )  # fmt: skip
         self.admitted = self.batches.admitted
@@ -283,14 +285,14 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         return self.fingerprint(request)
 
     def request_seen(self, request: Request) -> bool:
-        fp = self.fingerprint_of(request)
+        step = self.step  # (its parts one by one: a batch's request claimed comes first)
+        fp = step.fingerprint_of(request)
         if self.admitted and self.admitted.claim(fp):
             return False  # a batch checked and recorded it: no second round trip
-        known = self.known
-        if known is not None and fp in known:
+        if step.cached(fp):
             self.counts.filtered(0, cached=1)
             return True
-        expire = self.expiry.of(request) if self.uses_expire else None
+        expire = step.expire(request)
         if self.eviction.due():
             self.watch_eviction()
         backend = self.backend
@@ -306,8 +308,7 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         unrecorded = self.recovery.unrecorded
         if not seen and unrecorded.held and unrecorded.discard(fp):
             seen = True  # let through unrecorded before: crawled already, recorded now
-        if known is not None:
-            known.add(fp)
+        self.step.learn(fp)
         return self.counts.counted(seen)
 
     def forget(self, *requests: Request) -> int:

@@ -166,14 +166,14 @@ class Incoming:
                 except Exception as exc:  # kept and tried again
                     self._failed(exc)
                 continue
-            fp = df.fingerprint_of(request)
-            if df.known is not None and fp in df.known:
+            fp, cached, expire = df.step.before(request)
+            if cached:
                 df.counts.filtered(0, cached=1)
                 batch.out[i] = False
                 continue
             batch.todo.append(i)
             batch.fingerprints.append(fp)
-            batch.expires.append(df.expiry.of(request) if df.uses_expire else None)
+            batch.expires.append(expire)
             batch.queued.append((stored_priority(request.priority), entry))
         return batch
 
@@ -214,8 +214,7 @@ class Incoming:
             if answer is None:
                 continue
             batch.out[i] = not answer
-            if df.known is not None:
-                df.known.add(fp)
+            df.step.learn(fp)
             if answer:
                 filtered += 1
             else:

@@ -1,0 +1,64 @@
+"""The per-request step around the call to Redis, written once (:class:`RequestStep`).
+
+Before the call: the request's fingerprint, then the local cache (a fingerprint this
+process saw answers "seen" with no round trip), then its expiry (the backends that keep
+one). After it: what the local cache learns. The dupefilter's ``request_seen``, its
+batch path and the frontier's record-and-enqueue all take these steps through one
+object; each counts its answers itself (one request at a time, or once per batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from .local_cache import KnownFingerprints
+    from .request_expiry import RequestExpiry
+
+
+class Before(NamedTuple):
+    """What the step found before the call: the fingerprint, whether the local cache
+    knows it (then no call is made), and its expiry (None: none, or not needed)."""
+
+    fingerprint: str
+    cached: bool
+    expire: float | None
+
+
+class RequestStep:
+    """Fingerprints with ``fingerprint_of``, asks and teaches the local cache
+    (``known``: None when DEDUP_LOCAL_CACHE is 0), and reads the expiry from
+    ``expiry`` (None for a backend that keeps none)."""
+
+    def __init__(
+        self,
+        fingerprint_of: Callable[[Request], str],
+        known: KnownFingerprints | None,
+        expiry: RequestExpiry | None,
+    ) -> None:
+        self.fingerprint_of = fingerprint_of
+        self.known = known
+        self.expiry = expiry
+
+    def before(self, request: Request) -> Before:
+        """The three steps before the call (the expiry only for a call to make)."""
+        fp = self.fingerprint_of(request)
+        if self.cached(fp):
+            return Before(fp, True, None)
+        return Before(fp, False, self.expire(request))
+
+    def cached(self, fingerprint: str) -> bool:
+        """Whether the local cache knows ``fingerprint`` (seen: no call needed)."""
+        return self.known is not None and fingerprint in self.known
+
+    def expire(self, request: Request) -> float | None:
+        """The request's expiry (``meta['dedup_expire']``; a bad one is counted)."""
+        return self.expiry.of(request) if self.expiry is not None else None
+
+    def learn(self, fingerprint: str) -> None:
+        """Redis answered for ``fingerprint`` (seen, or new and now recorded)."""
+        if self.known is not None:
+            self.known.add(fingerprint)
