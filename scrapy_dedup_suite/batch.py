@@ -369,7 +369,7 @@ class Batches:
         one), the duplicates, and how many of those the local cache answered. An
         UNCHECKED request this process let through unrecorded before is a duplicate; one
         it let through and Redis now says is new was crawled already (``unrecorded``)."""
-        learn = self.step.learn
+        learn = self.step.learned
         admitted = self.admitted
         passed: list[Any] = []
         duplicates: list[Any] = []

@@ -289,13 +289,13 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         fp = step.fingerprint_of(request)
         if self.admitted and self.admitted.claim(fp):
             return False  # a batch checked and recorded it: no second round trip
-        if step.cached(fp):
+        if step.cached is not None and step.cached(fp):
             self.counts.filtered(0, cached=1)
             return True
-        expire = step.expire(request)
+        expire = step.expire(request) if step.expire is not None else None
         if self.eviction.due():
             self.watch_eviction()
-        backend = self.backend
+        backend = self.handle.current
         try:
             if not backend.opened:
                 backend.open()
@@ -308,7 +308,8 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         unrecorded = self.recovery.unrecorded
         if not seen and unrecorded.held and unrecorded.discard(fp):
             seen = True  # let through unrecorded before: crawled already, recorded now
-        self.step.learn(fp)
+        if step.learn is not None:
+            step.learn(fp)
         return self.counts.counted(seen)
 
     def forget(self, *requests: Request) -> int:

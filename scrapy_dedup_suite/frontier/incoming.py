@@ -214,7 +214,7 @@ class Incoming:
             if answer is None:
                 continue
             batch.out[i] = not answer
-            df.step.learn(fp)
+            df.step.learned(fp)
             if answer:
                 filtered += 1
             else:
