@@ -160,3 +160,30 @@ def test_every_name_the_api_reference_documents_is_importable():
             assert load_object(name) is not None, name
     for path in ("scrapy_dedup_suite.Addon", "scrapy_dedup_suite.dupefilter.RFPDupeFilter"):
         assert path in names
+
+
+def test_the_public_names_a_project_writes_stay_where_they_were():
+    """What settings and imports name (issue 52: the house may move, these stay): the
+    dupefilter, the middlewares, the scheduler, the add-on, each backend class the docs
+    name, and each command's entry point."""
+    from scrapy.utils.misc import load_object
+
+    from scrapy_dedup_suite.backends import BACKENDS
+
+    paths = [
+        "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
+        "scrapy_dedup_suite.middleware.BatchDedupMiddleware",
+        "scrapy_dedup_suite.failed.FailedPagesMiddleware",
+        "scrapy_dedup_suite.frontier.scheduler.Scheduler",
+        "scrapy_dedup_suite.Addon",
+        *(f"{cls.__module__}.{cls.__qualname__}" for cls in BACKENDS.values()),
+    ]
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    for line in config["options.entry_points"]["scrapy.commands"].strip().splitlines():
+        paths.append(line.split("=", 1)[1].strip().replace(":", "."))
+    for path in paths:
+        assert isinstance(load_object(path), type), path
+    names = (DOCS / "backends.md").read_text(encoding="utf-8") + docs_text()
+    documented = [cls.__name__ for cls in BACKENDS.values() if cls.__name__ in names]
+    assert documented, "the docs name no backend class"
