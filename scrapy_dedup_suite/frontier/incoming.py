@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 from ..backends.calls import FailedCall
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue, stored_priority
-from .record import Acks, keep_acks, record_and_enqueue
+from .record import Acks, record_and_enqueue
 from .refusals import wrong_type
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
 
     from ..dupefilter import RFPDupeFilter
+    from .leases import PendingAcks
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Incoming:
         codec: RequestCodec,
         count: Callable[..., None],
         on_enqueued: Callable[[], None],
-        acks: Acks,
+        acks: PendingAcks,
     ) -> None:
         self.df = df
         self.codec = codec
@@ -153,9 +154,8 @@ class Incoming:
         df = self.df
         batch = Prepared(requests, [None] * len(requests))
         if acks and not self.unpushed and self.acks:
-            batch.acks = dict(self.acks)
+            batch.acks = self.acks.take_all()
             batch.acks_given = sum(len(ids) for ids in batch.acks.values())
-            self.acks.clear()
         for i, (request, entry) in enumerate(requests):
             if request.dont_filter:
                 shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
@@ -206,7 +206,7 @@ class Incoming:
         if batch.acks_given:
             left = 0
             for shard, ids in batch.acks.items():
-                keep_acks(self.acks, shard, ids)
+                self.acks.add(shard, ids)
                 left += len(ids)
             self._count("frontier/acknowledged", batch.acks_given - left)
         filtered = added = 0

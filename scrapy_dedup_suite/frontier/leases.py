@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .codec import RequestCodec, RequestEncodingError
@@ -35,6 +35,45 @@ logger = logging.getLogger(__name__)
 Held = Callable[[], dict[Shard, list[str]]]
 
 
+class PendingAcks:
+    """Done leases waiting to be acknowledged, per shard: the one owner of that state.
+    The scheduler adds a lease when the engine is done with its request, and a call to
+    a shard takes that shard's (:meth:`take`; the frontier's record calls take them all,
+    :meth:`take_all`); what a call could not carry comes back (:meth:`add`).
+    Acknowledging one twice is harmless: lease ids are never used again."""
+
+    def __init__(self) -> None:
+        self._by_shard: dict[Shard, list[str]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_shard)
+
+    def __iter__(self) -> Iterator[Shard]:
+        return iter(list(self._by_shard))
+
+    def add(self, shard: Shard, ids: Iterable[str]) -> None:
+        """``ids`` wait for the next call to ``shard``."""
+        ids = list(ids)
+        if ids:
+            self._by_shard.setdefault(shard, []).extend(ids)
+
+    def take(self, shard: Shard) -> list[str]:
+        """What a call to ``shard`` carries, no longer waiting here."""
+        return self._by_shard.pop(shard, [])
+
+    def take_all(self) -> dict[Shard, list[str]]:
+        taken, self._by_shard = self._by_shard, {}
+        return taken
+
+    def drop(self) -> None:
+        """Forget them all (their leases stay held until they end)."""
+        self._by_shard.clear()
+
+    def items(self) -> list[tuple[Shard, list[str]]]:
+        """A copy, read from the keeper's thread too."""
+        return [(shard, list(ids)) for shard, ids in list(self._by_shard.items())]
+
+
 class Holdings:
     """The leases a worker holds, in each of their states (changed on the reactor's
     thread only; :meth:`ids` is read from the keeper's)."""
@@ -46,7 +85,7 @@ class Holdings:
         self.in_flight: dict[Request, tuple[Shard, str]] = {}
         #: Done, acknowledged by the next call to their shard (a lease call, or a
         #: record call of the scheduler's ``incoming``).
-        self.acks: dict[Shard, list[str]] = {}
+        self.acks = PendingAcks()
         #: Leased by a call in a thread, from its answer until the reactor takes them
         #: (which a blocked reactor does late).
         self.arriving: tuple[Shard, list[str]] | None = None
@@ -72,8 +111,8 @@ class Holdings:
             held.setdefault(shard, []).append(lease_id)
         for _, shard, lease_id in list(self.taken):
             held.setdefault(shard, []).append(lease_id)
-        for shard, ids in list(self.acks.items()):
-            held.setdefault(shard, []).extend(list(ids))
+        for shard, ids in self.acks.items():
+            held.setdefault(shard, []).extend(ids)
         for shard, items in list(later.items()):
             held.setdefault(shard, []).extend(list(items)[0::4])
         arriving = self.arriving

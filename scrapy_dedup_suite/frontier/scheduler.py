@@ -46,7 +46,7 @@ from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
 from .queue import FrontierQueue, Shard
-from .record import keep_acks, load_scripts
+from .record import load_scripts
 from .refusals import Refusals, wrong_type
 from .takeover import old_queue, take_over
 
@@ -195,7 +195,7 @@ class Scheduler(BaseScheduler):
         self.keeper.stop()
         self.lease_thread.stop()  # (its call has answered: close() waited for it)
         if not self.incoming.push_at_close(self.refusals.stopping):
-            self.holdings.acks.clear()  # (the parents stay leased)
+            self.holdings.acks.drop()  # (the parents stay leased)
         released = self.holdings.give_back()
         for shard in {*released, *self.holdings.acks, *self.later.waiting}:
             try:
@@ -351,11 +351,11 @@ class Scheduler(BaseScheduler):
         them)."""
         if self.incoming.unpushed:
             return [], []
-        return self.holdings.acks.pop(shard, []), self.later.carried(shard)
+        return self.holdings.acks.take(shard), self.later.carried(shard)
 
     def _keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:
         """What a call that failed carried waits for the next call to ``shard``."""
-        keep_acks(self.holdings.acks, shard, acks)
+        self.holdings.acks.add(shard, acks)
         self.later.keep(shard, later)
 
     def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
@@ -369,7 +369,7 @@ class Scheduler(BaseScheduler):
         held = self.holdings.in_flight.pop(request, None)
         if held is not None:
             if not self.later.done(request, *held):
-                keep_acks(self.holdings.acks, held[0], [held[1]])
+                self.holdings.acks.add(held[0], [held[1]])
             self.acks_due.ask(ACK_WITHIN)
             self._forget_if_idle()
 
