@@ -215,6 +215,10 @@ def test_a_class_or_callback_the_queue_cannot_rebuild_is_refused_when_enqueued(s
         request_classes("tests.nowhere.Api")
     with pytest.raises(RequestEncodingError, match=r"parse_class.*not a method"):
         codec.encode(scrapy.Request(URL, callback=spider.parse_class))
+    # A special method of the spider's own is refused on the quick path too (before,
+    # it made a short line that the decoding then set aside).
+    with pytest.raises(RequestEncodingError, match=r"'__init__' is not a method"):
+        codec.encode(scrapy.Request(URL, callback=spider.__init__))
 
 
 def test_an_entry_that_cannot_be_read_is_an_error_naming_it(spider):

@@ -233,7 +233,7 @@ class RequestCodec:
             if getattr(callback, "__self__", None) is not self.spider or func is None:
                 return None
             name = func.__name__
-            if getattr(self.spider, name, None) != callback:
+            if self._method(name) != callback:  # (the rule the decoding rebuilds by)
                 return None
         headers = request.headers
         referer = None
