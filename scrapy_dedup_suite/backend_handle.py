@@ -5,9 +5,9 @@ backend, and one of them replaces it: a filter converted under a running worker 
 stamps switched to another layout) is opened again as its record now says. The handle
 owns that replacement (:meth:`BackendHandle.reopen`); the parts hold the handle and read
 :attr:`BackendHandle.current` when they call, so none sets another's attribute.
-:class:`HandleAttributes` gives the dupefilter its ``backend`` and ``spider_name`` from
-the handle, and scrapy-redis's ``server`` and ``key``, which code written for its
-RFPDupeFilter reads and sets.
+:class:`HandleAttributes` gives the dupefilter its ``backend``, ``settings`` and
+``spider_name`` from the handle, and scrapy-redis's ``server`` and ``key``, which code
+written for its RFPDupeFilter reads and sets.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ class HandleAttributes:
     @backend.setter
     def backend(self, backend: DedupBackend) -> None:
         self.handle.current = backend
+
+    @property
+    def settings(self) -> BaseSettings | None:
+        return self.handle.settings
 
     @property
     def spider_name(self) -> str:

@@ -142,9 +142,8 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
         #: Fingerprint, local cache, expiry: the step every path takes (request_step.py).
         expiry = self.expiry if self.uses_expire else None
         self.step = RequestStep(self.fingerprint_of, self.known, expiry)
-        #: The settings the backend was built from, and the crawler (to stop the crawl
-        #: under DEDUP_ON_ERROR='raise').
-        self.settings = settings
+        #: The crawler (to stop the crawl under DEDUP_ON_ERROR='raise'); ``settings``,
+        #: those the backend was built from, are the handle's.
         self.crawler: Crawler | None = None
         #: Eviction noticed while crawling (the policy, and keys evicted since open).
         self.eviction = EvictionWatch(self._clock)

@@ -19,7 +19,7 @@ from scrapy.settings import BaseSettings
 from . import config
 from .bloom_math import BloomParams, Scaling, SizingError
 from .exceptions import DedupConfigError
-from .frontier.codec import request_classes, serializer
+from .frontier.codec import RequestCodec, request_classes, serializer
 from .native_math import NativeParams
 from .settings_table import read
 from .windows import WindowSpec
@@ -293,3 +293,7 @@ class FrontierOptions:
             read_pickle=read(settings, "FRONTIER_READ_PICKLE"),
             request_classes=request_classes(read(settings, "FRONTIER_REQUEST_CLASSES")),
         )
+
+    def codec(self) -> RequestCodec:
+        """The request encoding these settings choose (its spider set at the open)."""
+        return RequestCodec(None, self.serializer, self.read_pickle, self.request_classes)

@@ -14,7 +14,6 @@ from ..backends import build_backend
 from ..backends.keys import spider_key
 from ..connection import CONNECT_FAILURES
 from ..exceptions import DedupError
-from ..frontier.codec import RequestCodec
 from ..frontier.queue import FrontierQueue
 from ..frontier.takeover import hand_back
 from ..options import FrontierOptions
@@ -66,10 +65,7 @@ class Command(ScrapyCommand):
             target = spider_key(read(settings, key := "SCHEDULER_QUEUE_KEY"), opts.spider, key)
             queue = FrontierQueue.for_backend(backend, target)
             chosen = FrontierOptions.from_settings(settings)
-            codec = RequestCodec(
-                None, chosen.serializer, chosen.read_pickle, chosen.request_classes
-            )
-            done = hand_back(queue, target, codec, chosen.serializer, opts.dry_run)
+            done = hand_back(queue, target, chosen.codec(), chosen.serializer, opts.dry_run)
         except CONNECT_FAILURES as exc:
             client = backend.server if backend is not None else None
             say_unreachable(self, "frontier-handback", client, exc, settings, "to hand back")

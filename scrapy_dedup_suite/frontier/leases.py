@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue, Shard
+from .record import keep_acks
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -53,9 +54,7 @@ class PendingAcks:
 
     def add(self, shard: Shard, ids: Iterable[str]) -> None:
         """``ids`` wait for the next call to ``shard``."""
-        ids = list(ids)
-        if ids:
-            self._by_shard.setdefault(shard, []).extend(ids)
+        keep_acks(self._by_shard, shard, ids)
 
     def take(self, shard: Shard) -> list[str]:
         """What a call to ``shard`` carries, no longer waiting here."""

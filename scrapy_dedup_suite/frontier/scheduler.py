@@ -40,7 +40,7 @@ from ..engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
 from ..options import FrontierOptions
 from ..privileges import permission_error
-from .codec import RequestCodec, RequestEncodingError
+from .codec import RequestEncodingError
 from .idle import TAKE_EVERY, EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
@@ -74,9 +74,7 @@ class Scheduler(BaseScheduler):
         self.stats = crawler.stats
         self.server = df.backend.server
         self.spider: Spider | None = None
-        self.codec = RequestCodec(
-            None, options.serializer, options.read_pickle, options.request_classes
-        )
+        self.codec = options.codec()
         self.queue: FrontierQueue | None = None
         self.queue_key = ""
         self.lease_ms = max(1, round(options.lease * 1000))
