@@ -1,6 +1,6 @@
 """The package as a user gets it (``./dev package``, run by CI): build the sdist and the
 wheel with ``python -m build``, check them with ``twine check --strict`` and by their
-contents (every Lua script, ``py.typed``, the migrations package, each command's entry
+contents (every Lua script, ``py.typed``, every module of every folder, each command's entry
 point), install the wheel into a fresh virtualenv, and run against it, from a directory
 outside the checkout, what a user runs: each command's ``--help`` and the example crawl.
 A file missing from the package fails here, not on a user's machine."""
@@ -54,8 +54,9 @@ def version() -> str:
 
 
 def check_contents(wheel: Path, sdist: Path) -> None:
-    lua = sorted(p.name for p in (ROOT / "scrapy_dedup_suite" / "lua").glob("*.lua"))
-    migrations = sorted(p.name for p in (ROOT / "scrapy_dedup_suite" / "migrations").glob("*.py"))
+    lua = sorted(p.name for p in (ROOT / "scrapy_dedup_suite" / "server" / "lua").glob("*.lua"))
+    package = ROOT / "scrapy_dedup_suite"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
         entry_points = next(
@@ -63,8 +64,8 @@ def check_contents(wheel: Path, sdist: Path) -> None:
         )
     wanted = [
         "scrapy_dedup_suite/py.typed",
-        *(f"scrapy_dedup_suite/lua/{name}" for name in lua),
-        *(f"scrapy_dedup_suite/migrations/{name}" for name in migrations),
+        *(f"scrapy_dedup_suite/server/lua/{name}" for name in lua),
+        *(f"scrapy_dedup_suite/{name}" for name in modules),
     ]
     missing = [n for n in wanted if n not in names]
     missing += [f"entry point {c}" for c in commands() if f"{c} = " not in entry_points]
@@ -76,13 +77,13 @@ def check_contents(wheel: Path, sdist: Path) -> None:
         "pyproject.toml",
         "README.md",
         "scrapy_dedup_suite/py.typed",
-        *(f"scrapy_dedup_suite/lua/{name}" for name in lua),
-        *(f"scrapy_dedup_suite/migrations/{name}" for name in migrations),
+        *(f"scrapy_dedup_suite/server/lua/{name}" for name in lua),
+        *(f"scrapy_dedup_suite/{name}" for name in modules),
     ]
     missing += [f"sdist: {n}" for n in sources if n not in in_sdist]
     if missing:
         sys.exit(f"missing from the package: {', '.join(missing)}")
-    print(f"contents: {len(lua)} Lua scripts, py.typed, {len(migrations)} migration modules, "
+    print(f"contents: {len(lua)} Lua scripts, py.typed, {len(modules)} modules, "
           f"{len(commands())} commands, in the wheel and the sdist")  # fmt: skip
 
 
@@ -118,7 +119,7 @@ def main() -> None:
         where = run(
             bin_dir / "python",
             "-c",
-            "import scrapy_dedup_suite as p, scrapy_dedup_suite.migrations as m; "
+            "import scrapy_dedup_suite as p, scrapy_dedup_suite.operations.migrations as m; "
             "print(p.__file__, m.__file__, p.__version__)",
             cwd=tmp,
             env=env,

@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 import redis
 
-from scrapy_dedup_suite.connection import has_command
 from scrapy_dedup_suite.embedded import server_binary
+from scrapy_dedup_suite.server.connection import has_command
 from tests.wheels import redis8_server, valkey8_server, valkey9_server
 
 from .server_features import server as started

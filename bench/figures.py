@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scrapy_dedup_suite.bloom_math import optimal_bits
+from scrapy_dedup_suite.core.bloom_math import optimal_bits
 
 PATH = Path(__file__).with_name("figures.json")
 

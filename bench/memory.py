@@ -29,7 +29,7 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
-from scrapy_dedup_suite.connection import has_command
+from scrapy_dedup_suite.server.connection import has_command
 
 from . import figures
 from .compact_layouts import servers, settle, used

@@ -32,12 +32,12 @@ from scrapy import Request
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.janitor import Janitor
-from scrapy_dedup_suite.migrations import SetMigration
+from scrapy_dedup_suite.operations.migrations import SetMigration
 
 SIZES = {
     # n: fingerprints for memory and false-positive rate; speed: requests per
@@ -332,7 +332,7 @@ def migration(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> 
     report = SetMigration(target, "m:dupefilter").run()
     # Into a new scalable filter configured for a tenth of the set: the migration sizes
     # its first layer from the set and takes the bulk path, counting per block.
-    from scrapy_dedup_suite.bloom_math import Scaling
+    from scrapy_dedup_suite.core.bloom_math import Scaling
 
     growth = Scaling()
     first = growth.first_layer(max(1, n // 10), ERROR_RATE)
@@ -416,7 +416,7 @@ def scaling(url: str, r: redis.Redis, res: Results, sizes: dict[str, int]) -> No
     """A scalable filter and a fixed one of the same initial size, filled to 1x, 2x, 4x
     and 8x that size: measured false-positive rate, memory, request_seen() speed."""
     from scrapy_dedup_suite.backends import BloomBackend
-    from scrapy_dedup_suite.bloom_math import Scaling
+    from scrapy_dedup_suite.core.bloom_math import Scaling
 
     n0 = sizes["scaling"]
     growth = Scaling(expansion=2)

@@ -91,7 +91,7 @@ def site_port_problem(extra: list[str]) -> str:
 
 
 def print_table(rows: list[dict], title: str) -> None:
-    from scrapy_dedup_suite.summary import table
+    from scrapy_dedup_suite.operations.summary import table
 
     print(f"\n{title}\n{table(rows)}\n", flush=True)
 

@@ -3,7 +3,7 @@
 Turn it on with the add-on, ``ADDONS = {"scrapy_dedup_suite.Addon": 300}`` (or set
 ``DUPEFILTER_CLASS = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"`` yourself) and
 choose the storage with ``DEDUP_BACKEND`` (the names are in
-``scrapy_dedup_suite.backends.BACKENDS``; every setting is in ``settings_table.py``).
+``scrapy_dedup_suite.backends.BACKENDS``; every setting is in ``settings/table.py``).
 """
 
 from __future__ import annotations

@@ -21,21 +21,21 @@ from typing import Any
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.utils.misc import load_object
 
-from . import failed
 from .backends import get_backend_class
-from .crawl_checks import (
+from .dedup import failed
+from .dedup.crawl_checks import (
     DUPEFILTER,
     REPLACED_DUPEFILTERS,
     check_crawl_settings,
-    check_frontier_settings,
     path_of,
 )
-from .dupefilter import RFPDupeFilter
-from .failed import FailedPagesMiddleware
-from .janitor import JanitorExtension
-from .middleware import BatchDedupMiddleware
-from .settings_table import given_settings, read
-from .summary import DedupSummary
+from .dedup.dupefilter import RFPDupeFilter
+from .dedup.failed import FailedPagesMiddleware
+from .dedup.middleware import BatchDedupMiddleware
+from .frontier.scheduler import Scheduler
+from .operations.janitor import JanitorExtension
+from .operations.summary import DedupSummary
+from .settings.table import given_settings, read
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _frontier(settings: BaseSettings, said: list[str], kept: list[str]) -> None:
     elif path in REPLACED_SCHEDULERS:
         priority = max(settings.getpriority("SCHEDULER") or 0, SETTINGS_PRIORITIES["addon"])
         settings.set("SCHEDULER", FRONTIER, priority=priority)
-        check_frontier_settings(settings)
+        Scheduler.check_settings(settings)
         said.append(f"SCHEDULER = {FRONTIER!r} in place of {path!r} (DEDUP_FRONTIER)")
     else:
         logger.warning(

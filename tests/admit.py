@@ -14,8 +14,8 @@ import sys
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
 
 def main() -> None:

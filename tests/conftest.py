@@ -26,10 +26,10 @@ from scrapy_dedup_suite.backends import (
     WindowedNativeBloomBackend,
 )
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
+from scrapy_dedup_suite.core.bloom_math import BloomParams, Scaling
+from scrapy_dedup_suite.core.native_math import NativeParams
+from scrapy_dedup_suite.core.windows import WindowSpec
 from scrapy_dedup_suite.embedded import EmbeddedCluster, EmbeddedServerError
-from scrapy_dedup_suite.native_math import NativeParams
-from scrapy_dedup_suite.windows import WindowSpec
 
 from .digest_backend import DigestSetBackend
 from .helpers import SETTINGS_ROWS, connect

@@ -16,8 +16,8 @@ from scrapy_dedup_suite.backends import DedupBackend
 from scrapy_dedup_suite.backends.capabilities import Capabilities
 from scrapy_dedup_suite.backends.forget import remove
 from scrapy_dedup_suite.backends.layout import Layout
-from scrapy_dedup_suite.reports import Contents, Fingerprints
-from scrapy_dedup_suite.scripts import LuaScript
+from scrapy_dedup_suite.backends.reports import Contents, Fingerprints
+from scrapy_dedup_suite.server.scripts import LuaScript
 
 #: Check-and-add: KEYS, the set; ARGV, per fingerprint its key's number in the call
 #: and its digest. One answer per fingerprint: 1 seen, 0 new.

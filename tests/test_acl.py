@@ -1,6 +1,6 @@
 """Least privilege (issue 53): a crawl per backend, the batch path, the frontier, the
 janitor and the commands run as a Redis user granted only the ACL line
-``scrapy_dedup_suite.privileges`` writes for them (the line docs/servers.md shows), and
+``scrapy_dedup_suite.server.privileges`` writes for them (the line docs/servers.md shows), and
 do what they do as the default user; a command withheld is one line naming it and the
 ``ACL SETUSER`` to run, whose advice, run as given, is enough."""
 
@@ -18,7 +18,7 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
 from scrapy_dedup_suite.backends.keys import spider_key_patterns as spider_keys
-from scrapy_dedup_suite.privileges import BY_NAME, acl_line, commands_of
+from scrapy_dedup_suite.server.privileges import BY_NAME, acl_line, commands_of
 
 from .helpers import ROOT, crawl, settings_for
 from .test_messages import SPIDER, scrapy_cmd
@@ -61,7 +61,7 @@ def test_the_acl_lines_name_no_dangerous_command_and_every_feature(server):
 
 
 def test_the_documentation_shows_the_table_and_lines_the_code_writes():
-    from scrapy_dedup_suite.privileges import markdown_table
+    from scrapy_dedup_suite.server.privileges import markdown_table
 
     page = (ROOT / "docs" / "servers.md").read_text()
     assert markdown_table() in page

@@ -12,7 +12,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.addon import Addon
-from scrapy_dedup_suite.crawl_checks import REPLACED_DUPEFILTERS
+from scrapy_dedup_suite.dedup.crawl_checks import REPLACED_DUPEFILTERS
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.failed import FailedPagesMiddleware
 from scrapy_dedup_suite.janitor import JanitorExtension

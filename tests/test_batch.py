@@ -14,9 +14,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.backends import SetBackend
 from scrapy_dedup_suite.backends.keys import slot_of
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError, InvalidFingerprintError
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
 
 from .conftest import BACKENDS, NATIVE_ROWS, ROWS
 from .helpers import connect, fingerprints, run_crowd
@@ -311,7 +311,7 @@ def test_a_bad_local_cache_size_names_the_setting(value):
     from scrapy.settings import Settings
 
     from scrapy_dedup_suite.exceptions import DedupConfigError
-    from scrapy_dedup_suite.options import DupefilterOptions
+    from scrapy_dedup_suite.settings.options import DupefilterOptions
 
     with pytest.raises(DedupConfigError, match="DEDUP_LOCAL_CACHE must be a whole number"):
         DupefilterOptions.from_settings(Settings({"DEDUP_LOCAL_CACHE": value}))
@@ -379,7 +379,7 @@ def test_batch_settings_are_checked(setting, value, message):
     from scrapy.settings import Settings
 
     from scrapy_dedup_suite.exceptions import DedupConfigError
-    from scrapy_dedup_suite.options import BatchOptions
+    from scrapy_dedup_suite.settings.options import BatchOptions
 
     with pytest.raises(DedupConfigError, match=message):
         BatchOptions.from_settings(Settings({setting: value}))

@@ -8,7 +8,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import BloomBackend
-from scrapy_dedup_suite.bloom_math import (
+from scrapy_dedup_suite.core.bloom_math import (
     MAX_BLOCK_BITS,
     BloomParams,
     Scaling,
@@ -20,7 +20,7 @@ from scrapy_dedup_suite.exceptions import (
     FilterMismatchError,
     InvalidFingerprintError,
 )
-from scrapy_dedup_suite.options import BloomOptions
+from scrapy_dedup_suite.settings.options import BloomOptions
 
 from .helpers import fingerprints
 

@@ -11,17 +11,17 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 from scrapy.settings import Settings
 
-from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import (
     BloomBackend,
     HashBackend,
     WindowedBloomBackend,
     build_backend,
 )
-from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.connection import get_redis
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.core.windows import WindowSpec
 from scrapy_dedup_suite.exceptions import DedupConfigError
-from scrapy_dedup_suite.windows import WindowSpec
+from scrapy_dedup_suite.server import scripts
+from scrapy_dedup_suite.server.connection import get_redis
 
 from .helpers import fingerprints
 

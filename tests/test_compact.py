@@ -16,9 +16,9 @@ import redis
 from scrapy_dedup_suite.backends import CompactBackend
 from scrapy_dedup_suite.backends.compact import bucket_count, listpack_limits
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-from scrapy_dedup_suite.connection import masters
 from scrapy_dedup_suite.exceptions import FilterMismatchError, WrongKeyTypeError
-from scrapy_dedup_suite.failures import translate
+from scrapy_dedup_suite.server.connection import masters
+from scrapy_dedup_suite.server.failures import translate
 
 from .helpers import fingerprints
 

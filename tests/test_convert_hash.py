@@ -15,13 +15,13 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, build_backend
-from scrapy_dedup_suite.backends.hash import stored_layout
+from scrapy_dedup_suite.backends.expiry import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.failures import code_of
-from scrapy_dedup_suite.migrations.errors import TargetError
-from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
-from scrapy_dedup_suite.options import HashOptions
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.operations.migrations.errors import TargetError
+from scrapy_dedup_suite.operations.migrations.hash_layout import HashLayoutConversion
+from scrapy_dedup_suite.server.failures import code_of
+from scrapy_dedup_suite.settings.options import HashOptions
 
 from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args, stored_expiry_ms
 from .servers import poll_until

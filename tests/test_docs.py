@@ -9,6 +9,8 @@ import configparser
 import re
 from pathlib import Path
 
+from scrapy.utils.misc import load_object
+
 from bench import figures, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +49,7 @@ def test_every_command_is_documented():
 
 
 def test_every_setting_is_in_the_settings_reference():
-    from scrapy_dedup_suite.settings_table import TABLE
+    from scrapy_dedup_suite.settings.table import TABLE
 
     text = docs_text()
     missing = [s.name for s in TABLE if f"`{s.name}`" not in text]
@@ -66,7 +68,8 @@ def test_readme_links_pages_that_exist_and_every_page_is_linked():
 def test_the_settings_by_hand_are_what_the_addon_sets():
     """getting-started's "Without the add-on" block names the classes and orders the
     add-on uses, so that a project configured by hand gets what the add-on gives."""
-    from scrapy_dedup_suite import addon, failed
+    from scrapy_dedup_suite import addon
+    from scrapy_dedup_suite.dedup import failed
     from scrapy_dedup_suite.janitor import JanitorExtension
     from scrapy_dedup_suite.middleware import BatchDedupMiddleware
     from scrapy_dedup_suite.summary import DedupSummary
@@ -77,16 +80,22 @@ def test_the_settings_by_hand_are_what_the_addon_sets():
     settings: dict = {}
     exec(block, {}, settings)
 
-    def path(cls: type) -> str:
-        return f"{cls.__module__}.{cls.__qualname__}"
+    def loaded(components: dict) -> dict:
+        """The classes a component dict names (by their public paths), with orders."""
+        return {load_object(path): order for path, order in components.items()}
 
     assert settings["DUPEFILTER_CLASS"] == addon.DUPEFILTER
-    assert settings["SPIDER_MIDDLEWARES"] == {path(BatchDedupMiddleware): addon.MIDDLEWARE_ORDER}
-    assert settings["DOWNLOADER_MIDDLEWARES"] == {path(failed.FailedPagesMiddleware): failed.ORDER}
-    assert settings["EXTENSIONS"] == {
-        path(DedupSummary): addon.SUMMARY_ORDER,
-        path(JanitorExtension): addon.JANITOR_ORDER,
+    assert loaded(settings["SPIDER_MIDDLEWARES"]) == {BatchDedupMiddleware: addon.MIDDLEWARE_ORDER}
+    assert loaded(settings["DOWNLOADER_MIDDLEWARES"]) == {
+        failed.FailedPagesMiddleware: failed.ORDER
     }
+    assert loaded(settings["EXTENSIONS"]) == {
+        DedupSummary: addon.SUMMARY_ORDER,
+        JanitorExtension: addon.JANITOR_ORDER,
+    }
+    # Written as a project writes them: the public paths, not the folders they live in.
+    for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES", "EXTENSIONS"):
+        assert all(path.count(".") == 2 for path in settings[name]), settings[name]
     # ... and the README and the front page send a user without the add-on there.
     for front in (ROOT / "README.md", DOCS / "index.md"):
         assert "getting-started.md#without-the-add-on" in front.read_text(encoding="utf-8")
@@ -131,7 +140,7 @@ def test_every_memory_figure_in_the_readme_comes_from_the_record():
 
 def test_lists_of_backends_name_every_one():
     from scrapy_dedup_suite.backends import BACKENDS, MIGRATION_TARGETS
-    from scrapy_dedup_suite.commands.info import Command
+    from scrapy_dedup_suite.commands.dedup_info import Command
 
     help_text = Command().long_desc()
     assert [name for name in BACKENDS if name not in help_text] == []
@@ -150,7 +159,6 @@ def test_lists_of_backends_name_every_one():
 def test_every_name_the_api_reference_documents_is_importable():
     """docs/api.md documents the dotted paths projects write in their settings; autodoc
     imports each (an empty genindex was what the docs had before): each must load."""
-    from scrapy.utils.misc import load_object
 
     text = (DOCS / "api.md").read_text(encoding="utf-8")
     names = re.findall(r"\.\. auto(?:class|module):: ([\w.]+)", text)
@@ -166,7 +174,6 @@ def test_the_public_names_a_project_writes_stay_where_they_were():
     """What settings and imports name (issue 52: the house may move, these stay): the
     dupefilter, the middlewares, the scheduler, the add-on, each backend class the docs
     name, and each command's entry point."""
-    from scrapy.utils.misc import load_object
 
     from scrapy_dedup_suite.backends import BACKENDS
 

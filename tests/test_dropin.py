@@ -14,7 +14,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 
 from scrapy_dedup_suite.backends import BloomBackend, SetBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.core.bloom_math import BloomParams
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import FilterMismatchError
 

@@ -14,14 +14,10 @@ from scrapy.utils.test import get_crawler
 from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 
 from scrapy_dedup_suite.backends import BACKENDS, DedupBackend, SetBackend
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import free_port
-from scrapy_dedup_suite.exceptions import (
-    DedupBackendError,
-    DedupConfigError,
-    WrongKeyTypeError,
-)
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError, WrongKeyTypeError
 
 from .conftest import NAMES
 from .helpers import stored_expiry_ms

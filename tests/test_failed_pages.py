@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from scrapy import Request
 
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 
 from .helpers import ROOT, crawl, settings_for
 from .servers import Site, poll_until

@@ -9,14 +9,14 @@ from importlib import resources
 import pytest
 import redis
 
-from scrapy_dedup_suite import scripts
 from scrapy_dedup_suite.backends import HashBackend
 from scrapy_dedup_suite.exceptions import (
     DedupBackendError,
     InvalidFingerprintError,
     WrongKeyTypeError,
 )
-from scrapy_dedup_suite.failures import (
+from scrapy_dedup_suite.server import scripts
+from scrapy_dedup_suite.server.failures import (
     SCRIPT_CODES,
     code_of,
     is_transient,
@@ -24,7 +24,7 @@ from scrapy_dedup_suite.failures import (
     translate,
 )
 
-LUA = resources.files("scrapy_dedup_suite").joinpath("lua")
+LUA = resources.files("scrapy_dedup_suite.server").joinpath("lua")
 NAMES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
 DEFINED = re.compile(r"local function (dedup_\w+)")
 CALLED = re.compile(r"\b(dedup_\w+)\(")

@@ -16,10 +16,10 @@ from scrapy.settings import Settings
 from scrapy_dedup_suite.backends import HashBackend, build_backend
 from scrapy_dedup_suite.backends.expiry import BY_SERVER
 from scrapy_dedup_suite.backends.keys import failed_key
-from scrapy_dedup_suite.connection import server_time_ms
+from scrapy_dedup_suite.core.fingerprint import scrapy_redis_fingerprint
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupConfigError, WrongKeyTypeError
-from scrapy_dedup_suite.fingerprint import scrapy_redis_fingerprint
+from scrapy_dedup_suite.server.connection import server_time_ms
 
 from .helpers import ROOT, all_keys, fingerprints
 

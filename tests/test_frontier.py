@@ -297,7 +297,7 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     from scrapy.settings import Settings
 
     from scrapy_dedup_suite.backends import build_backend
-    from scrapy_dedup_suite.commands.info import inspect, render
+    from scrapy_dedup_suite.commands.dedup_info import inspect, render
 
     settings = Settings({**redis_settings, "DEDUP_BACKEND": "compact", "DEDUP_HASH_SHARDS": 4})
     backend = build_backend(settings, "spider", server=server)
@@ -591,7 +591,7 @@ def test_a_request_no_worker_can_rebuild_is_set_aside_and_tried_again_at_the_nex
     from scrapy import Request, Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_dedup_suite.commands.info import frontier_view, render
+    from scrapy_dedup_suite.commands.dedup_info import frontier_view, render
     from scrapy_dedup_suite.frontier.codec import RequestCodec
     from scrapy_dedup_suite.frontier.scheduler import Scheduler
 
@@ -741,7 +741,7 @@ def test_the_frontier_takes_scrapy_s_and_scrapy_redis_s_dupefilter_for_its_own_o
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_dedup_suite.crawl_checks import dupefilter_for
+    from scrapy_dedup_suite.dedup.crawl_checks import dupefilter_for
     from scrapy_dedup_suite.dupefilter import RFPDupeFilter
     from scrapy_dedup_suite.exceptions import DedupConfigError
 

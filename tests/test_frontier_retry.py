@@ -140,7 +140,7 @@ def test_a_failed_page_is_tried_again_after_a_doubling_delay_then_given_up(
 
 @pytest.mark.single_server
 def test_dedup_info_and_the_handback_count_the_pages_to_try_again(server, redis_url):
-    from scrapy_dedup_suite.commands.info import frontier_view, render
+    from scrapy_dedup_suite.commands.dedup_info import frontier_view, render
     from scrapy_dedup_suite.frontier.codec import RequestCodec
     from scrapy_dedup_suite.frontier.takeover import hand_back
 

@@ -12,7 +12,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
-from scrapy_dedup_suite.backends.hash import stored_layout
+from scrapy_dedup_suite.backends.expiry import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.exceptions import FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.backends.reports import FilterFill
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.core.windows import WindowSpec
 from scrapy_dedup_suite.janitor import Janitor
-from scrapy_dedup_suite.reports import FilterFill
-from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import ROOT, crawl, fingerprints, janitor_hash, setting_args, settings_for
 from .servers import poll_until
@@ -369,7 +369,7 @@ def test_a_pass_over_a_huge_capacity_costs_what_exists(server):
     bucket there could be, and purges exactly the expired ones; purge_remaining at its
     end is as cheap (the server's own count of the purge script's calls)."""
     from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-    from scrapy_dedup_suite.connection import masters, server_time_ms
+    from scrapy_dedup_suite.server.connection import masters, server_time_ms
 
     from .helpers import stored_expiry_ms
 

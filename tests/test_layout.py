@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from scrapy_dedup_suite.backends.keys import spread
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.core.bloom_math import BloomParams
 
 FINGERPRINTS = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(5)]
 

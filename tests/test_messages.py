@@ -219,14 +219,14 @@ def test_a_bloom_filter_at_the_sets_own_key_warns(tmp_path, site, redis_server):
      (3 * 2**30, "3.0 GiB"), (5 * 2**40, "5.0 TiB")],
 )  # fmt: skip
 def test_memory_is_written_one_way(size, shown):
-    from scrapy_dedup_suite.config import human_bytes
+    from scrapy_dedup_suite.core.config import human_bytes
 
     assert human_bytes(size) == shown
 
 
 def test_dedup_info_shows_what_each_backend_holds(redis_server):
     from scrapy_dedup_suite.backends import BloomBackend, CompactBackend, SetBackend
-    from scrapy_dedup_suite.bloom_math import BloomParams
+    from scrapy_dedup_suite.core.bloom_math import BloomParams
 
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
-from scrapy_dedup_suite.migrations import SetMigration, VerificationError
-from scrapy_dedup_suite.migrations.writers import positions
-from scrapy_dedup_suite.windows import WindowSpec
+from scrapy_dedup_suite.core.bloom_math import SCHEME, SCHEME_PRIME, BloomParams
+from scrapy_dedup_suite.core.windows import WindowSpec
+from scrapy_dedup_suite.operations.migrations import SetMigration, VerificationError
+from scrapy_dedup_suite.operations.migrations.writers import positions
 
 from .digest_backend import DigestSetBackend
 from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args
@@ -335,7 +335,7 @@ def test_delete_source_removes_only_what_the_target_holds(server):
 
 def test_a_set_migrates_into_the_hash_backend(server):
     from scrapy_dedup_suite.backends import HashBackend, SetBackend
-    from scrapy_dedup_suite.migrations import TargetError
+    from scrapy_dedup_suite.operations.migrations import TargetError
 
     members = [*fingerprints(3000), "not-a-hex-digest"]  # hash stores any string
     fill_set(server, "src", members)
@@ -373,7 +373,7 @@ def test_a_set_migrates_into_a_backend_of_ones_own(server):
 
 @pytest.mark.subprocess
 def test_a_projects_own_migrations_package_does_not_shadow_the_command(tmp_path):
-    """Installed as scrapy_dedup_suite.migrations: a project's top-level migrations/
+    """Installed as scrapy_dedup_suite.operations.migrations: a project's top-level migrations/
     (Alembic, Flask-Migrate) on sys.path leaves the command's entry point intact."""
     (tmp_path / "migrations").mkdir()
     (tmp_path / "migrations" / "__init__.py").write_text("ALEMBIC = True\n")
@@ -417,7 +417,7 @@ def test_command_help_and_a_missing_spider(command, text, instead, wrong):
 
 
 def test_failed_verification_keeps_the_source(server, monkeypatch):
-    from scrapy_dedup_suite.migrations.writers import BitsWriter
+    from scrapy_dedup_suite.operations.migrations.writers import BitsWriter
 
     fill_set(server, "src", fingerprints(500))
     # A broken merge: nothing reaches Redis.
@@ -506,7 +506,7 @@ def test_progress_goes_to_a_file_or_pipe_line_by_line():
     would never show)."""
     import io
 
-    from scrapy_dedup_suite.migrations.report import Progress
+    from scrapy_dedup_suite.operations.migrations.migration_report import Progress
 
     stream = io.StringIO()  # not a terminal
     progress = Progress(stream, every=0.0)
@@ -522,7 +522,7 @@ def test_ctrl_c_says_how_far_and_resume_counts_true(server, monkeypatch):
     """Ctrl-C while reading: one line with how far it got and --resume. Ctrl-C during
     verification, after the whole set was read: --resume verifies, reads nothing again,
     and reports the set's count, not twice it."""
-    from scrapy_dedup_suite.migrations.command import Command
+    from scrapy_dedup_suite.commands.migrate_set_to_bloom import Command
 
     fps = fingerprints(5_000)
     fill_set(server, "src", fps)

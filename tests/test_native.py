@@ -21,20 +21,16 @@ from scrapy_dedup_suite.backends import (
     build_backend,
 )
 from scrapy_dedup_suite.backends.native import NoBloomModuleError
-from scrapy_dedup_suite.bloom_math import SizingError
-from scrapy_dedup_suite.dupefilter import RFPDupeFilter
-from scrapy_dedup_suite.exceptions import (
-    DedupBackendError,
-    DedupConfigError,
-    FilterMismatchError,
-)
-from scrapy_dedup_suite.native_math import (
+from scrapy_dedup_suite.core.bloom_math import SizingError
+from scrapy_dedup_suite.core.native_math import (
     NATIVE_MAX_BYTES,
     NATIVE_MAX_CAPACITY,
     NativeParams,
     native_bits_per_item,
 )
-from scrapy_dedup_suite.windows import WindowSpec
+from scrapy_dedup_suite.core.windows import WindowSpec
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
+from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError, FilterMismatchError
 
 from .helpers import fingerprints
 from .servers import RedisServer, redis_server_binary
@@ -253,7 +249,7 @@ def test_a_server_without_the_module_is_refused_with_where_to_get_it():
 
 
 def test_dedup_info_reports_the_servers_filters(native, redis_settings):
-    from scrapy_dedup_suite.commands.info import inspect, render
+    from scrapy_dedup_suite.commands.dedup_info import inspect, render
 
     settings = Settings({**redis_settings, "DEDUP_BACKEND": "native-bloom"})
     backend = build_backend(settings, "spider")
@@ -269,7 +265,7 @@ def test_dedup_info_reports_the_servers_filters(native, redis_settings):
 
 
 def test_a_set_migrates_into_native_bloom_resumably_and_verified(native):
-    from scrapy_dedup_suite.migrations import SetMigration
+    from scrapy_dedup_suite.operations.migrations import SetMigration
 
     members = [*fingerprints(6_000), "not-a-hex-digest"]  # the server hashes any string
     pipe = native.pipeline(transaction=False)
@@ -297,7 +293,7 @@ def test_a_set_migrates_into_native_bloom_resumably_and_verified(native):
 
 
 def test_a_set_larger_than_a_nonscaling_target_is_refused(native):
-    from scrapy_dedup_suite.migrations import SetMigration, TargetError
+    from scrapy_dedup_suite.operations.migrations import SetMigration, TargetError
 
     native.sadd("src", *fingerprints(500))
     target = NativeBloomBackend(native, "t:n", NativeParams.create(100, 0.01, 1, 0))

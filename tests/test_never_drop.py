@@ -21,12 +21,13 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from scrapy_dedup_suite.backends import BloomBackend, HashBackend, WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
-from scrapy_dedup_suite.connection import is_cluster, retries_of
-from scrapy_dedup_suite.dupefilter import DEFERRED, FAILED, NEW, RFPDupeFilter
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.core.windows import WindowSpec
+from scrapy_dedup_suite.dedup.batch import DEFERRED, FAILED, NEW
+from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError
 from scrapy_dedup_suite.janitor import Janitor
-from scrapy_dedup_suite.windows import WindowSpec
+from scrapy_dedup_suite.server.connection import is_cluster, retries_of
 
 from .conftest import BACKENDS, ROWS
 from .helpers import SETTINGS_ROWS, fingerprints

@@ -19,10 +19,10 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import HashBackend, build_backend
-from scrapy_dedup_suite.backends.hash import stored_layout
+from scrapy_dedup_suite.backends.expiry import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-from scrapy_dedup_suite.migrations.hash_layout import HashLayoutConversion
-from scrapy_dedup_suite.options import HashOptions
+from scrapy_dedup_suite.operations.migrations.hash_layout import HashLayoutConversion
+from scrapy_dedup_suite.settings.options import HashOptions
 
 from .helpers import SETTINGS_ROWS, crawl
 from .servers import RedisServer, Site, redis_server_binary, site_links, tree_links

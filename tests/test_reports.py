@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from scrapy_dedup_suite.reports import (
+from scrapy_dedup_suite.backends.reports import (
     BloomSizing,
     ExpirySample,
     FilterFill,

@@ -17,8 +17,8 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import SetBackend
-from scrapy_dedup_suite.connection import ask_targets, get_redis
 from scrapy_dedup_suite.embedded import EmbeddedCluster
+from scrapy_dedup_suite.server.connection import ask_targets, get_redis
 
 from .conftest import ROWS
 from .helpers import SETTINGS_ROWS, crawl, fingerprints

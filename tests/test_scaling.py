@@ -11,13 +11,13 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import BloomBackend, WindowedBloomBackend, build_backend
-from scrapy_dedup_suite.bloom_math import BloomParams, Scaling
+from scrapy_dedup_suite.core.bloom_math import BloomParams, Scaling
+from scrapy_dedup_suite.core.windows import WindowSpec
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
 from scrapy_dedup_suite.janitor import Janitor
-from scrapy_dedup_suite.migrations import SetMigration
-from scrapy_dedup_suite.migrations.writers import LayeredBitsWriter
-from scrapy_dedup_suite.options import BloomOptions
-from scrapy_dedup_suite.windows import WindowSpec
+from scrapy_dedup_suite.operations.migrations import SetMigration
+from scrapy_dedup_suite.operations.migrations.writers import LayeredBitsWriter
+from scrapy_dedup_suite.settings.options import BloomOptions
 
 from .helpers import REQUESTS, all_keys, crawl, fingerprints, run_crowd, settings_for
 

@@ -14,10 +14,10 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
-from scrapy_dedup_suite.connection import address, get_redis
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupConfigError, RedisUnreachableError
-from scrapy_dedup_suite.sentinel import SentinelOptions
+from scrapy_dedup_suite.server.connection import address, get_redis
+from scrapy_dedup_suite.server.sentinel import SentinelOptions
 
 from .helpers import crawl, fingerprints
 from .servers import SentinelGroup, Site, free_port, redis_server_binary

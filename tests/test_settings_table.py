@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_dedup_suite import settings_docs
 from scrapy_dedup_suite.exceptions import DedupConfigError
-from scrapy_dedup_suite.settings_table import SETTINGS, TABLE, Whole, read
+from scrapy_dedup_suite.operations import settings_docs
+from scrapy_dedup_suite.settings.table import SETTINGS, TABLE, Whole, read
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,9 +23,9 @@ def test_the_documentation_tables_are_the_table():
     assert sum(text.count("<!-- settings:") for text in pages.values()) == 5
     for path, text in pages.items():
         assert settings_docs.rewrite(text) == text, (
-            f"{path.name}'s settings tables differ from settings_table.py: run python -m "
-            "scrapy_dedup_suite.settings_docs --write docs/settings.md docs/operations.md "
-            "docs/frontier.md"
+            f"{path.name}'s settings tables differ from settings/table.py: run python -m "
+            "scrapy_dedup_suite.operations.settings_docs --write docs/settings.md "
+            "docs/operations.md docs/frontier.md"
         )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_dedup_suite.config import check_int
+from scrapy_dedup_suite.core.config import check_int
 from scrapy_dedup_suite.exceptions import DedupConfigError
-from scrapy_dedup_suite.options import BloomOptions
+from scrapy_dedup_suite.settings.options import BloomOptions
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 import pytest
 
 from scrapy_dedup_suite.backends import WindowedBloomBackend
-from scrapy_dedup_suite.bloom_math import BloomParams
+from scrapy_dedup_suite.core.bloom_math import BloomParams
+from scrapy_dedup_suite.core.windows import WindowSpec
 from scrapy_dedup_suite.exceptions import DedupConfigError, FilterMismatchError
-from scrapy_dedup_suite.windows import WindowSpec
 
 from .helpers import all_keys, fingerprints
 from .servers import poll_until

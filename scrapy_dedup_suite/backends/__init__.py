@@ -9,10 +9,10 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from ..connection import get_redis
 from ..exceptions import DedupConfigError
-from ..options import DupefilterOptions, WaitOptions
-from ..settings_table import read
+from ..server.connection import get_redis
+from ..settings.options import DupefilterOptions, WaitOptions
+from ..settings.table import read
 from .base import DedupBackend
 from .bloom import BloomBackend
 from .compact import CompactBackend

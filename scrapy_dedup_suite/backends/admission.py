@@ -6,21 +6,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from redis.exceptions import ResponseError
 
-from ..connection import is_cluster, masters, nodes_of
 from ..exceptions import DedupConfigError
+from ..server.connection import is_cluster, masters, nodes_of
+from .capabilities import Capabilities
 from .keys import as_str
+from .views import FilterView
 
-if TYPE_CHECKING:
-    from .stored import StoredFilter
+
+class Admitted(FilterView, Protocol):
+    """What the checks here read of a filter (a :class:`~.stored.StoredFilter`)."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def spread_setting(self) -> str: ...
+
 
 logger = logging.getLogger(__name__)
 
 
-def eviction_warning(backend: StoredFilter) -> str | None:
+def eviction_warning(backend: Admitted) -> str | None:
     """What to tell the operator when the server's ``maxmemory-policy`` can evict
     this filter's keys (at open, and in every janitor report), else None."""
     policy = eviction_risk(backend)
@@ -34,7 +44,7 @@ def eviction_warning(backend: StoredFilter) -> str | None:
     )
 
 
-def eviction_risk(backend: StoredFilter) -> str | None:
+def eviction_risk(backend: Admitted) -> str | None:
     """The server's ``maxmemory-policy`` if it can evict this filter's keys, else None."""
     for client in masters(backend.server):
         try:
@@ -48,7 +58,7 @@ def eviction_risk(backend: StoredFilter) -> str | None:
     return None
 
 
-def check_server(backend: StoredFilter) -> None:
+def check_server(backend: Admitted) -> None:
     """Refuse a read-only replica; warn when the eviction policy can delete the filter."""
     if not is_cluster(backend.server):
         try:
@@ -66,7 +76,7 @@ def check_server(backend: StoredFilter) -> None:
         logger.warning("%s%s.", warning[0].upper(), warning[1:])
 
 
-def room_left(backend: StoredFilter) -> tuple[int, int] | None:
+def room_left(backend: Admitted) -> tuple[int, int] | None:
     """Bytes the server(s) can hold more (``maxmemory``, else the host's memory, less
     what is used), and how many masters; None when a server will not say."""
     try:
@@ -82,7 +92,7 @@ def room_left(backend: StoredFilter) -> tuple[int, int] | None:
     return room, len(infos)
 
 
-def check_room(backend: StoredFilter, needed: int, setting: str) -> None:
+def check_room(backend: Admitted, needed: int, setting: str) -> None:
     """Refuse to allocate ``needed`` bytes that the server cannot hold (its
     ``maxmemory``, else its host's memory), before anything is written."""
     left = room_left(backend)
@@ -97,7 +107,7 @@ def check_room(backend: StoredFilter, needed: int, setting: str) -> None:
         )
 
 
-def room_warning(backend: StoredFilter, needed: int, setting: str, value: int) -> str | None:
+def room_warning(backend: Admitted, needed: int, setting: str, value: int) -> str | None:
     """What to say when a filter that grows as it records (``needed`` bytes at the
     capacity ``setting`` = ``value``) could never reach that capacity on its server."""
     left = room_left(backend)
@@ -112,7 +122,7 @@ def room_warning(backend: StoredFilter, needed: int, setting: str, value: int) -
     )
 
 
-def check_spread(backend: StoredFilter, data_keys: Sequence[str]) -> None:
+def check_spread(backend: Admitted, data_keys: Sequence[str]) -> None:
     """On a cluster, warn when the data keys sit on fewer masters than they could."""
     count = len(backend.server.get_primaries())
     used = nodes_of(backend.server, list(data_keys))
@@ -133,7 +143,7 @@ def check_spread(backend: StoredFilter, data_keys: Sequence[str]) -> None:
         )
 
 
-def evicted_keys(backend: StoredFilter) -> int | None:
+def evicted_keys(backend: Admitted) -> int | None:
     """Keys the server(s) evicted since they started (INFO stats), or None if refused."""
     try:
         return sum(int(c.info("stats").get("evicted_keys", 0)) for c in masters(backend.server))
@@ -166,7 +176,7 @@ class EvictionWatch:
         self._calls += calls
         return self._calls >= self.every or self.clock() >= self._next
 
-    def look(self, backend: StoredFilter) -> str | None:
+    def look(self, backend: Admitted) -> str | None:
         """Read the server; the WARNING to give (once), else None."""
         self._calls = 0
         self._next = self.clock() + self.seconds

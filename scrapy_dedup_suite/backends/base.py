@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..connection import is_cluster, nodes_of
-from ..reports import Contents, FilterInfo, Holding
+from ..server import scripts
+from ..server.connection import is_cluster, nodes_of
 from . import calls
 from .calls import FailedCall, one_call
 from .keys import chunks, memory_usage
+from .reports import Contents, FilterInfo, Holding
 from .stored import LAYOUT_VERSION, StoredFilter
 
 __all__ = ["LAYOUT_VERSION", "DedupBackend"]
@@ -49,7 +49,7 @@ class DedupBackend(StoredFilter):
         self.wait_timeout_ms = 0
         #: Writes whose WAIT timed out before enough replicas had them.
         self.unreplicated = 0
-        self._warned_unreplicated = -math.inf
+        self.unreplicated_warned_at = -math.inf
 
     def wait_for_replicas(self, replicas: int, timeout: float) -> None:
         """Make every add call wait until ``replicas`` replicas have its writes (Redis
@@ -103,7 +103,7 @@ class DedupBackend(StoredFilter):
         context = layout.context(self.server)
         group, args = layout.place(fingerprint, expire)
         keys = layout.keys(group, context)
-        args = [*layout.header(context, self._stamp or self.stamp), 1, *args]
+        args = [*layout.header(context, self.stamp), 1, *args]
         if self.wait_replicas:
             answer = calls.run_and_wait(self, layout.add_script, keys, args)[0]
         else:

@@ -20,26 +20,19 @@ from typing import Any
 from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..bloom_math import BloomParams, Layer, Scaling, check_fingerprint
+from ..core.bloom_math import BloomParams, Layer, Scaling, check_fingerprint
 from ..exceptions import FilterMismatchError
-from ..failures import script_failure
-from ..options import BloomOptions
-from ..reports import BloomSizing, Contents, FilterFill, FilterInfo
-from ..settings_table import default
+from ..server import scripts
+from ..server.failures import script_failure
+from ..settings.options import BloomOptions
+from ..settings.table import default
 from . import admission
 from .base import DedupBackend
 from .capabilities import Capabilities
-from .keys import (
-    block_prefix,
-    block_re,
-    meta_key,
-    migrating_key,
-    migration_state_key,
-    read_hash,
-)
+from .keys import block_prefix, block_re, meta_key, migrating_key, migration_state_key, read_hash
 from .layout import Blocks
-from .record import MetaSpec
+from .meta import MetaSpec
+from .reports import BloomSizing, Contents, FilterFill, FilterInfo
 from .shape import Scalable, Shape, make_shape
 
 logger = logging.getLogger(__name__)

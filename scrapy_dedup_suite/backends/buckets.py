@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .. import scripts
-from ..reports import FilterFill, TimeWindow
-from ..settings_table import default
-from ..windows import Bucket, LiveBuckets, WindowSpec
+from ..core.windows import Bucket, LiveBuckets, WindowSpec
+from ..server import scripts
+from ..settings.table import default
 from .keys import block_re, time_bucket_key
+from .reports import FilterFill, TimeWindow
 
 
 def default_window() -> WindowSpec:

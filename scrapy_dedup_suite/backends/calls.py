@@ -1,5 +1,5 @@
 """How a backend's scripts are called: one EVALSHA (with WAIT for replicas in the same
-round trip; a NOSCRIPT answer is :mod:`..scripts`'s to handle); a batch planned into one
+round trip; a NOSCRIPT answer is :mod:`..server.scripts`'s to handle); a batch planned into one
 call per cluster slot, whose failed calls are kept beside the answers of those that ran;
 a call made again while a scalable filter asks for more of its layer schedule.
 Functions of a backend, whose :class:`~.layout.Layout` says what its scripts take
@@ -12,15 +12,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import scripts
-from ..connection import is_cluster
+from ..server import scripts
+from ..server.connection import is_cluster
 from .keys import slot_of
-
-if TYPE_CHECKING:
-    from .base import DedupBackend
-    from .layout import Layout
+from .layout import Layout
+from .views import FilterView
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +30,28 @@ Call = tuple[list[str], list[Any], list[int]]
 #: ``frontier/record.py``): the script to call instead, and each planned call with its
 #: own keys and arguments added.
 Extend = Callable[[scripts.LuaScript, list[Call]], tuple[scripts.LuaScript, list[Call]]]
+
+
+class Called(FilterView, Protocol):
+    """What the calls here read of a backend (a :class:`~.base.DedupBackend`), and the
+    two counts of writes that waited for replicas in vain they keep on it."""
+
+    unreplicated: int
+    unreplicated_warned_at: float
+
+    @property
+    def layout(self) -> Layout | None: ...
+
+    @property
+    def stamp(self) -> str: ...
+
+    @property
+    def wait_replicas(self) -> int: ...
+
+    @property
+    def wait_timeout_ms(self) -> int: ...
+
+    def reopen(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -52,17 +72,15 @@ def one_call(
         return [None] * len(fingerprints), [FailedCall(list(range(len(fingerprints))), exc)]
 
 
-def run(backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
-    """One EVALSHA (one round trip; NOSCRIPT is :mod:`..scripts`'s to answer), with WAIT
+def run(backend: Called, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
+    """One EVALSHA (one round trip; NOSCRIPT is :mod:`..server.scripts`'s to answer), with WAIT
     in the same round trip where the backend waits for replicas."""
     if backend.wait_replicas:
         return run_and_wait(backend, script, keys, args)
     return script(backend.server, keys, args, backend.reopen)
 
 
-def run_and_wait(
-    backend: DedupBackend, script: scripts.LuaScript, keys: Sequence[str], args: Any
-) -> Any:
+def run_and_wait(backend: Called, script: scripts.LuaScript, keys: Sequence[str], args: Any) -> Any:
     """EVALSHA then WAIT in one round trip: the answer comes once ``wait_replicas``
     replicas have the call's writes, or the timeout passed (then counted in
     :attr:`unreplicated` and logged; the answer stands)."""
@@ -72,8 +90,8 @@ def run_and_wait(
     if acked < backend.wait_replicas:
         backend.unreplicated += 1
         now = time.monotonic()
-        if now - backend._warned_unreplicated >= 60:  # at most once a minute
-            backend._warned_unreplicated = now
+        if now - backend.unreplicated_warned_at >= 60:  # at most once a minute
+            backend.unreplicated_warned_at = now
             logger.warning(
                 "A write of the %s dupefilter reached %d of the %d replica(s) asked "
                 "for (DEDUP_WAIT_REPLICAS) within %d ms (%d such writes so far): a "
@@ -87,14 +105,14 @@ def run_and_wait(
     return answer
 
 
-def layout_of(backend: DedupBackend) -> Layout:
+def layout_of(backend: Called) -> Layout:
     """The backend's layout; a backend without one has no scripts to call."""
     if backend.layout is None:
         raise NotImplementedError(f"{type(backend).__name__} has no layout")
     return backend.layout
 
 
-def contains(backend: DedupBackend, fingerprint: str) -> Any:
+def contains(backend: Called, fingerprint: str) -> Any:
     """The contains script's answer for one fingerprint, asked again while the answer
     asks for it (:meth:`~.layout.Layout.again`)."""
     layout = layout_of(backend)
@@ -109,7 +127,7 @@ def contains(backend: DedupBackend, fingerprint: str) -> Any:
 
 
 def add_answers(
-    backend: DedupBackend,
+    backend: Called,
     fingerprints: Sequence[str],
     expires: Sequence[float | None] | None = None,
     extend: Extend | None = None,
@@ -160,7 +178,7 @@ def add_answers(
 
 
 def plan(
-    backend: DedupBackend,
+    backend: Called,
     fingerprints: Sequence[str],
     expires: Sequence[float | None],
     todo: Sequence[int],
@@ -169,7 +187,7 @@ def plan(
     per cluster slot; each with the indices of the fingerprints it answers."""
     layout = layout_of(backend)
     context = layout.context(backend.server)
-    header = layout.header(context, backend._stamp or backend.stamp)
+    header = layout.header(context, backend.stamp)
     placed = {i: layout.place(fingerprints[i], expires[i]) for i in todo}
     group_of = {i: group for i, (group, _) in placed.items()}
     groups: dict[int, list[str]] = {}
@@ -197,7 +215,7 @@ def plan(
 
 
 def run_planned(
-    backend: DedupBackend,
+    backend: Called,
     script: scripts.LuaScript,
     calls: Sequence[tuple[list[str], list[Any], list[int]]],
 ) -> list[Any]:

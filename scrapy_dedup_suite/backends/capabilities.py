@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..reports import FilterFill
 from .purge import OnScan, PurgeStep
+from .reports import FilterFill
 
 
 @dataclass(frozen=True)

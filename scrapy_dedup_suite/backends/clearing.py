@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .. import scripts
 from ..exceptions import WrongKeyTypeError
+from ..server import scripts
 from .keys import TYPE_NAMES, as_str, slot_of
+from .meta import MetaSpec
+from .views import TypedView
 
-if TYPE_CHECKING:
-    from .stored import StoredFilter
+
+class Cleared(TypedView, Protocol):
+    """What clearing reads of a filter (a :class:`~.stored.StoredFilter`)."""
+
+    def side_keys(self) -> dict[str, str]: ...
+
+    def meta_spec(self) -> MetaSpec | None: ...
+
 
 logger = logging.getLogger(__name__)
 
 
-def clear(backend: StoredFilter) -> int:
+def clear(backend: Cleared) -> int:
     """Delete every key ``backend`` owns (its data, record, and what it keeps beside:
     the janitor's and a migration's state); return how many. Types are checked first:
     if any of those keys holds another type, nothing is deleted and
@@ -42,7 +50,7 @@ def clear(backend: StoredFilter) -> int:
     return deleted
 
 
-def delete_if_type(backend: StoredFilter, keys: list[str], expected: Mapping[str, str]) -> int:
+def delete_if_type(backend: Cleared, keys: list[str], expected: Mapping[str, str]) -> int:
     """Delete ``keys`` (all in one cluster slot) in one atomic call if each is missing
     or holds its ``expected`` type; return how many existed. Nothing is deleted and
     :class:`WrongKeyTypeError` is raised when one holds another type."""

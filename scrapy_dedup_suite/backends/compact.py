@@ -40,28 +40,19 @@ from typing import Any
 from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..connection import is_cluster, masters, nodes_of
-from ..options import CompactOptions
-from ..reports import CompactBuckets, Contents, FilterInfo, Holding
-from ..settings_table import check, default
+from ..server import scripts
+from ..server.connection import is_cluster, masters, nodes_of
+from ..settings.options import CompactOptions
+from ..settings.table import check, default
 from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
 from .forget import remove
-from .keys import (
-    BATCH,
-    as_str,
-    chunks,
-    keys_held,
-    memory_usage,
-    meta_key,
-    read_hash,
-    scan_keys,
-)
+from .keys import BATCH, as_str, chunks, keys_held, memory_usage, meta_key, read_hash, scan_keys
 from .layout import BUCKET_BYTES, FIELD_BYTES, Buckets
-from .record import MetaSpec
+from .meta import MetaSpec
+from .reports import CompactBuckets, Contents, FilterInfo, Holding
 
 logger = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from typing import Any, ClassVar
 
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..connection import address, has_command, masters, server_time_ms
 from ..exceptions import DedupConfigError, FilterMismatchError
-from ..options import HashOptions
-from ..reports import ExpirySample
-from ..settings_table import check
+from ..server import scripts
+from ..server.connection import address, has_command, masters, server_time_ms
+from ..settings.options import HashOptions
+from ..settings.table import check
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling
 from .layout import Layout
-from .record import MetaSpec
+from .meta import MetaSpec
+from .reports import ExpirySample
 
 logger = logging.getLogger(__name__)
 

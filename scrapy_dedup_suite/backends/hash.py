@@ -27,22 +27,21 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..options import HashOptions
-from ..reports import Contents, FilterInfo, HashFields, Holding
-from ..settings_table import check, default
-from .expiry import (  # noqa: F401 - stored_layout re-exported
+from ..settings.options import HashOptions
+from ..settings.table import check, default
+from .expiry import (
     BY_JANITOR,
     HASH_CAPABILITIES,
     SHARDS_LAYOUT,
     Expiring,
     ExpiringHash,
     expiry_sample,
-    stored_layout,
 )
 from .forget import remove
 from .keys import META, meta_key, shard_key, slot_sibling, spread
+from .meta import MetaSpec
 from .purge import OnScan, PurgeStep, scan_fields
-from .record import MetaSpec
+from .reports import Contents, FilterInfo, HashFields, Holding
 
 logger = logging.getLogger(__name__)
 

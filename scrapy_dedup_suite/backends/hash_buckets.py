@@ -27,10 +27,9 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from ..connection import node_of
-from ..options import HashOptions
-from ..reports import CompactBuckets, Contents, FilterInfo, HashFields
-from ..settings_table import default
+from ..server.connection import node_of
+from ..settings.options import HashOptions
+from ..settings.table import default
 from .compact import CompactBackend
 from .expiry import (
     BUCKETS_LAYOUT,
@@ -45,8 +44,9 @@ from .expiry import (
 )
 from .keys import BATCH, TTL_PROBE, as_str, keys_held, prefix_pattern, shard_key, slot_sibling
 from .layout import Buckets
+from .meta import MetaSpec
 from .purge import OnScan, PurgeStep, purge_buckets
-from .record import MetaSpec
+from .reports import CompactBuckets, Contents, FilterInfo, HashFields
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from redis.crc import key_slot
 
-from ..connection import masters
 from ..exceptions import DedupConfigError, WrongKeyTypeError
+from ..server.connection import masters
 
 #: Fingerprints sent to Redis per pipeline in the batched operations.
 BATCH = 1000

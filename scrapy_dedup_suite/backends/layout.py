@@ -27,9 +27,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.windows import LiveBuckets
 from ..exceptions import FilterMismatchError
-from ..scripts import LuaScript
-from ..windows import LiveBuckets
+from ..server.scripts import LuaScript
 from .keys import META, bucket_prefix, shard_key, slot_sibling
 
 #: Bytes of a fingerprint's SHA1 that choose its bucket, and bytes kept as its field

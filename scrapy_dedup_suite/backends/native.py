@@ -29,14 +29,13 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .. import scripts
-from ..connection import address, has_command, masters
+from ..core.native_math import NativeParams, native_error_rate
+from ..core.windows import WindowSpec
 from ..exceptions import DedupConfigError, FilterMismatchError
-from ..native_math import NativeParams, native_error_rate
-from ..options import NativeBloomOptions, WindowOptions
-from ..reports import BloomSizing, Contents, FilterFill, FilterInfo, Holding, ServerFilters
-from ..settings_table import default
-from ..windows import WindowSpec
+from ..server import scripts
+from ..server.connection import address, has_command, masters
+from ..settings.options import NativeBloomOptions, WindowOptions
+from ..settings.table import default
 from . import admission
 from .base import LAYOUT_VERSION, DedupBackend
 from .buckets import Windowed
@@ -52,7 +51,8 @@ from .keys import (
     spread,
 )
 from .layout import Blocks
-from .record import MetaSpec
+from .meta import MetaSpec
+from .reports import BloomSizing, Contents, FilterFill, FilterInfo, Holding, ServerFilters
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .. import scripts
-from ..connection import server_time_ms
+from ..server import scripts
+from ..server.connection import server_time_ms
 from .keys import as_str
 
 #: Called with (hash key, expired fields found) after each scan, before they are purged.

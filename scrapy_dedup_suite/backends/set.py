@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import scripts
-from ..reports import Contents, FilterInfo, Fingerprints
+from ..server import scripts
 from . import calls
 from .base import DedupBackend
 from .calls import FailedCall, one_call
 from .capabilities import Capabilities
 from .forget import remove
 from .keys import chunks
+from .reports import Contents, FilterInfo, Fingerprints
 
 
 class SetBackend(DedupBackend):

@@ -16,10 +16,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from .. import scripts
-from ..answers import FULL, GREW, layers_needed, sent_again
-from ..bloom_math import BloomParams, Layer, Scaling
+from ..core.bloom_math import BloomParams, Layer, Scaling
 from ..exceptions import FilterMismatchError
+from ..server import scripts
+from ..server.answers import FULL, GREW, layers_needed, sent_again
 from .keys import layer_key, layers_key
 from .stored import LAYOUT_VERSION
 

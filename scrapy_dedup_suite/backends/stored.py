@@ -12,14 +12,15 @@ from typing import Any, ClassVar
 
 from redis.exceptions import AskError
 
-from ..connection import is_cluster, refresh_slots
 from ..exceptions import DedupConfigError
-from ..failures import cluster_node_error
-from . import admission, clearing, record
+from ..server.connection import is_cluster, refresh_slots
+from ..server.failures import cluster_node_error
+from . import admission, clearing
+from . import meta as record
 from .capabilities import Capabilities, CapabilityMethods
 from .keys import check_types, janitor_lock_key, janitor_state_key, wrong_type_hint
 from .layout import Layout
-from .record import MetaSpec
+from .meta import MetaSpec
 
 logger = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from ..bloom_math import BloomParams, Scaling
-from ..options import BloomOptions, WindowOptions
-from ..reports import BloomSizing, Contents, FilterInfo
-from ..windows import WindowSpec
+from ..core.bloom_math import BloomParams, Scaling
+from ..core.windows import WindowSpec
+from ..settings.options import BloomOptions, WindowOptions
 from .bloom import BlockedBloom, default_params
 from .buckets import Windowed
 from .capabilities import Capabilities
 from .keys import LAYERS
-from .record import MetaSpec
+from .meta import MetaSpec
+from .reports import BloomSizing, Contents, FilterInfo
 
 
 class WindowedBloomBackend(Windowed, BlockedBloom):

@@ -1,19 +1,78 @@
-"""Scrapy commands of scrapy_dedup_suite (registered under ``scrapy.commands``)."""
+"""Scrapy commands of scrapy_dedup_suite (registered under ``scrapy.commands``), one
+module each named as the command, on the shared base :class:`DedupCommand`: the spider
+or key resolved as a crawl resolves it, and every refusal one line with its exit code."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
+from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 from scrapy.utils.misc import load_object
 
 from ..backends import DedupBackend, build_backend
-from ..connection import get_redis, is_connect_failure, redis_source, unreachable
-from ..privileges import permission_error
-from ..settings_table import read
+from ..exceptions import DedupError
+from ..operations.migrations.errors import MigrationError
+from ..server.connection import (
+    CONNECT_FAILURES,
+    get_redis,
+    is_connect_failure,
+    redis_source,
+    unreachable,
+)
+from ..server.privileges import permission_error
+from ..settings.table import read
+
+
+class DedupCommand(ScrapyCommand):
+    """What the package's commands share: no project or crawler needed, and each
+    refusal one line on stderr, starting with the command's name, that ends it with its
+    exit code: 1 an error (a migration's own: 3 source, 4 target, 5 verification), 2 a
+    usage error (Scrapy's), 6 Redis unreachable."""
+
+    requires_project = False
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "WARNING"}
+    #: The command's name, which starts each line it says.
+    name: ClassVar[str] = ""
+    #: What it reaches Redis for, as its line about an unreachable server says it.
+    doing: ClassVar[str] = ""
+
+    def no_arguments(self, args: list[str]) -> None:
+        if args:
+            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+
+    def fail(self, message: object, code: int = 1) -> None:
+        """One line on stderr, and the exit code ``code``."""
+        print(f"{self.name}: {message}", file=sys.stderr)
+        self.exitcode = code
+
+    @contextmanager
+    def refusals(
+        self,
+        settings: Settings,
+        client: Callable[[], Any] = lambda: None,
+        also: tuple[type[Exception], ...] = (),
+    ) -> Iterator[None]:
+        """The command's work, run in the block: Redis unreachable, or a command its
+        user may not run, is :func:`say_unreachable`'s line (``client()``: the client
+        it used, if one was built yet); the package's refusals (and ``also``) are their
+        line, exit code 1 or a migration's own. The block stops there; the command
+        returns after it (``self.exitcode`` says how it ended)."""
+        refused: tuple[type[Exception], ...] = (DedupError, *also)
+        try:
+            yield
+        except CONNECT_FAILURES as exc:
+            say_unreachable(self, self.name, client(), exc, settings, self.doing)
+        except MigrationError as exc:
+            self.fail(exc, exc.exit_code)
+        except refused as exc:
+            self.fail(exc)
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine_state import ask_for_requests
+from ..dedup.engine_state import ask_for_requests
 
 if TYPE_CHECKING:
     from .queue import Shard

@@ -22,7 +22,7 @@ from .refusals import wrong_type
 if TYPE_CHECKING:
     from scrapy import Request, Spider
 
-    from ..dupefilter import RFPDupeFilter
+    from ..dedup.dupefilter import RFPDupeFilter
     from .leases import PendingAcks
 
 logger = logging.getLogger(__name__)

@@ -38,10 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import scripts
 from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
-from ..connection import is_cluster
 from ..exceptions import DedupConfigError
+from ..server import scripts
+from ..server.connection import is_cluster
 
 logger = logging.getLogger(__name__)
 

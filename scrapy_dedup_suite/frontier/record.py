@@ -20,7 +20,7 @@ from ..backends import calls
 from ..backends.base import DedupBackend
 from ..backends.calls import Call, FailedCall, one_call
 from ..exceptions import DedupConfigError
-from ..scripts import SET_ADD, LuaScript
+from ..server.scripts import SET_ADD, LuaScript
 from .queue import FrontierQueue, Shard
 
 #: A request to enqueue: its priority and its entry (:mod:`.codec`).

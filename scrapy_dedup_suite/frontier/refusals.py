@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_from_coro
 
 from ..exceptions import WrongKeyTypeError
-from ..failures import WRONG_TYPE, coded
+from ..server.failures import WRONG_TYPE, coded
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -33,14 +33,14 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from ..backends.keys import spider_key
-from ..crawl_checks import dupefilter_for
-from ..daemon_threads import DaemonThreads
-from ..dupefilter import RFPDupeFilter
-from ..engine_state import engine_slot, watch_engine
+from ..core.daemon_threads import DaemonThreads
+from ..dedup.crawl_checks import dupefilter_for, frontier_dupefilter
+from ..dedup.dupefilter import RFPDupeFilter
+from ..dedup.engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
-from ..options import FrontierOptions
-from ..privileges import permission_error
+from ..server.privileges import permission_error
 from .codec import RequestEncodingError
+from .frontier_options import FrontierOptions
 from .idle import TAKE_EVERY, EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
@@ -53,6 +53,7 @@ from .takeover import old_queue, take_over
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,13 @@ class Scheduler(BaseScheduler):
         #: Whether the open took its queue: a worker refused at its open, or stopped by
         #: a key refused, deletes nothing at the close (what it refused stays as it was).
         self._opened = False
+
+    @classmethod
+    def check_settings(cls, settings: BaseSettings) -> None:
+        """The frontier's own settings, and the dupefilter class it needs: a bad one
+        raises its one-line DedupConfigError (called before the engine starts)."""
+        FrontierOptions.from_settings(settings)
+        frontier_dupefilter(settings.get("DUPEFILTER_CLASS"))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:

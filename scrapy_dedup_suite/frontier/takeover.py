@@ -27,9 +27,9 @@ from typing import Any
 
 from scrapy.utils.request import request_from_dict
 
-from .. import scripts
 from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
+from ..server import scripts
 from .codec import PICKLE_ADVICE, PickleSerializer, RequestCodec, RequestEncodingError, Serializer
 from .queue import FrontierQueue, Shard, entry_of, parse_run, stored_priority
 

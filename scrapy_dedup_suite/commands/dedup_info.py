@@ -1,0 +1,230 @@
+"""``scrapy dedup-info``: what is stored for a spider, under every backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from scrapy.exceptions import UsageError
+from scrapy.settings import Settings
+
+from ..backends import BACKENDS, build_backend, dupefilter_key, get_backend_class
+from ..backends.keys import as_str, failed_key, meta_key, read_hash, spider_key
+from ..backends.reports import as_json
+from ..core.config import human_bytes
+from ..exceptions import DedupError
+from ..frontier.queue import FrontierQueue
+from ..server.connection import get_redis
+from ..settings.table import read
+from . import DedupCommand, spider_settings
+
+
+class Command(DedupCommand):
+    name = "dedup-info"
+    doing = "for dedup-info"
+
+    def syntax(self) -> str:
+        return "--spider NAME [--json]"
+
+    def short_desc(self) -> str:
+        return "Show what is stored for a spider's dupefilter, under every backend"
+
+    def long_desc(self) -> str:
+        return (
+            "For the operator who wonders why a crawl filtered everything or nothing: for "
+            f"each backend ({', '.join(BACKENDS)}), at the key it would use for "
+            "this spider, what Redis holds: keys, types, memory, fingerprints or fill, "
+            "layers, buckets and their expiry, hash fields and the share expired; the "
+            "parameters a filter was created with when they differ from the settings; the "
+            "frontier scheduler's queue (requests waiting, leases per worker). Reads "
+            "only. Exit codes: 0 done, 1 error, 2 usage, 6 Redis unreachable."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="What to show")
+        group.add_argument("--spider", metavar="NAME", help="the spider whose dupefilter to show")
+        group.add_argument("--json", action="store_true", help="print it as JSON")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        self.no_arguments(args)
+        if not opts.spider:
+            raise UsageError("Say which spider: --spider NAME")
+        # (no --key: it shows every backend's key for the spider)
+        settings = spider_settings(self.settings, opts.spider, "")
+        server = None
+        with self.refusals(settings, lambda: server):
+            # What a crawl refuses, dedup-info refuses: a misspelt DEDUP_BACKEND too.
+            get_backend_class(read(settings, "DEDUP_BACKEND"))
+            server = get_redis(settings)
+            found = inspect(settings, opts.spider, server)
+            if opts.json:
+                print(json.dumps(found, default=as_json), flush=True)
+            else:
+                print(render(opts.spider, found), flush=True)
+
+
+def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
+    """Per backend: its key and what is stored there (``stored``: False if nothing)."""
+    chosen = read(settings, "DEDUP_BACKEND")
+    out: dict[str, Any] = {}
+    for name in BACKENDS:
+        key = dupefilter_key(settings, name, spider)
+        entry: dict[str, Any] = {"key": key, "configured": name == chosen}
+        one = settings.copy()
+        one.set("DEDUP_BACKEND", name, priority="cmdline")
+        backend = build_backend(one, spider, server=server, key=key)
+        record = failed_key(key)
+        kind = as_str(server.type(record))
+        entry["failed_pages"] = int(server.hlen(record)) if kind == "hash" else 0
+        if kind not in ("hash", "none"):
+            entry["failed_record_problem"] = f"{record!r} holds a {kind}, not a hash of pages"
+        try:
+            stored = backend.verify()
+        except DedupError as exc:
+            # Stored with other parameters (or damaged): show what the record says.
+            entry.update(
+                stored=True,
+                problem=str(exc),
+                record=read_hash(server, meta_key(key)),
+            )
+            out[name] = entry
+            continue
+        entry["stored"] = stored
+        if stored:
+            info = backend.info()
+            entry.update((name, value) for name, value in info.items() if name != "key")
+            entry["contents"] = backend.contents(info)
+            if backend.capabilities.report_fill:
+                entry["filters"] = backend.filter_reports(info)
+        out[name] = entry
+    out[FRONTIER] = frontier_view(settings, spider, server)
+    return out
+
+
+#: dedup-info's entry for the frontier's queue (beside one per backend).
+FRONTIER = "frontier"
+
+
+def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
+    """The frontier scheduler's queue beside the configured backend: requests waiting,
+    leases per worker, the oldest lease, reclaimed so far, bytes per request held
+    (waiting, leased, set aside or to try again: the keys hold them all);
+    and scrapy-redis's own queue if one is there to take over."""
+    backend = build_backend(settings, spider, server=server)
+    queue_key = spider_key(read(settings, "SCHEDULER_QUEUE_KEY"), spider, "SCHEDULER_QUEUE_KEY")
+    queue = FrontierQueue.for_backend(backend, queue_key)
+    shards = [queue.counts(shard) for shard in queue.shards]
+    waiting = sum(s.waiting for s in shards)
+    held_by: dict[str, int] = {}
+    for s in shards:
+        for worker, n in s.held_by.items():
+            held_by[worker] = held_by.get(worker, 0) + n
+    ends = [s.oldest_lease_ends_in for s in shards if s.oldest_lease_ends_in is not None]
+    memory = sum(s.memory_bytes for s in shards)
+    held = waiting + sum(s.held + s.aside + s.later for s in shards)
+    dues = [s.next_due_in for s in shards if s.next_due_in is not None]
+    kind = as_str(server.type(queue_key))
+    return {
+        "shards": len(shards),
+        "queue": shards[0].queue,
+        "waiting": waiting,
+        "leased": sum(s.held for s in shards),
+        "leased_by": held_by,
+        "oldest_lease_ends_in": min(ends) if ends else None,
+        "reclaimed": sum(s.reclaimed for s in shards),
+        "set_aside": sum(s.aside for s in shards),
+        "bad": sum(s.bad for s in shards),
+        "retry_later": sum(s.later for s in shards),
+        "next_retry_in": min(dues) if dues else None,
+        "memory_bytes": memory,
+        "bytes_per_request": round(memory / held, 1) if held else None,
+        "scrapy_redis_queue": {
+            "key": queue_key,
+            "type": kind,
+            "requests": int(server.zcard(queue_key) if kind == "zset" else server.llen(queue_key))
+            if kind in ("zset", "list")
+            else 0,
+        },
+    }
+
+
+def render(spider: str, found: dict[str, Any]) -> str:
+    lines = [f"dupefilter of spider {spider!r}:"]
+    for name, e in found.items():
+        if name == FRONTIER:
+            continue
+        mark = " (DEDUP_BACKEND)" if e["configured"] else ""
+        lines += _described(f"  {name}{mark} at {e['key']!r}: ", e)
+        if "failed_record_problem" in e:
+            lines.append(f"    {e['failed_record_problem']}: left as it is")
+        if e.get("failed_pages"):
+            lines.append(
+                f"    {e['failed_pages']:,} page(s) recorded as failed for good "
+                f"(scrapy dedup-forget --spider {spider} --failed)"
+            )
+    if FRONTIER in found:
+        lines += _frontier_lines(found[FRONTIER])
+    return "\n".join(lines)
+
+
+def _frontier_lines(f: dict[str, Any]) -> list[str]:
+    """The frontier's queue, in words."""
+    lines = [f"frontier scheduler's queue at {f['queue']!r} ({f['shards']} shard(s)):"]
+    if not f["waiting"] and not f["leased"]:
+        lines.append("  nothing waiting, nothing leased")
+    else:
+        per = f["bytes_per_request"]
+        size = f", {per:,.0f} bytes per request held" if per else ""
+        lines.append(
+            f"  {f['waiting']:,} request(s) waiting, {human_bytes(f['memory_bytes'])}{size}"
+        )
+        workers = ", ".join(f"{w}: {n:,}" for w, n in sorted(f["leased_by"].items()))
+        lines.append(f"  {f['leased']:,} leased" + (f" (by worker {workers})" if workers else ""))
+        ends = f["oldest_lease_ends_in"]
+        if ends is not None:
+            when = f"ends in {ends:,.0f} s" if ends >= 0 else f"ended {-ends:,.0f} s ago"
+            lines.append(f"  the oldest lease {when} (reclaimed by the next worker's call)")
+    if f["reclaimed"]:
+        lines.append(f"  {f['reclaimed']:,} lease(s) of dead workers reclaimed so far")
+    if f["retry_later"]:
+        due = f["next_retry_in"]
+        when = f"in {due:,.0f} s" if due > 0 else "now (at the next worker's call)"
+        lines.append(
+            f"  {f['retry_later']:,} page(s) whose download failed wait to be tried again, "
+            f"the first {when}"
+        )
+    if f["set_aside"]:
+        lines.append(
+            f"  {f['set_aside']:,} request(s) set aside at '...:frontier:aside': no worker "
+            "could rebuild them (a callback or class gone?); the next worker's start puts "
+            "them back in the queue"
+        )
+    if f["bad"]:
+        lines.append(
+            f"  {f['bad']:,} member(s) of the frontier's keys were not the frontier's and "
+            "are kept at '...:frontier:bad' as found: read them, then delete that key"
+        )
+    old = f["scrapy_redis_queue"]
+    if old["requests"]:
+        lines.append(
+            f"  scrapy-redis's queue {old['key']!r} holds {old['requests']:,} request(s) "
+            "(the frontier scheduler takes them over when it opens)"
+        )
+    return lines
+
+
+def _described(head: str, e: dict[str, Any]) -> list[str]:
+    """What one backend's key holds, a line and its details."""
+    if not e["stored"]:
+        return [head + "nothing stored"]
+    if "problem" in e:
+        return [head + f"stored with other parameters: {e['record']}", f"    {e['problem']}"]
+    memory = human_bytes(e.get("memory_bytes", 0))
+    return [
+        head + f"{e['keys']} key(s), {memory}",
+        *(f"    {line}" for part in e["contents"] for line in part.describe()),
+        *(f"    {fill.describe()}" for fill in e.get("filters", [])),
+    ]
