@@ -27,9 +27,10 @@ logger = logging.getLogger(__name__)
 Call = tuple[list[str], list[Any], list[int]]
 
 #: What a caller adds to a batch's add calls (the frontier's record-and-enqueue,
-#: ``frontier/record.py``): the script to call instead, and each planned call with its
-#: own keys and arguments added.
-Extend = Callable[[scripts.LuaScript, list[Call]], tuple[scripts.LuaScript, list[Call]]]
+#: ``frontier/record.py``): the script to call instead, each planned call with its own
+#: keys and arguments added, and per call what the caller must have back if that call
+#: fails (its rider: the frontier's acknowledgements it carried), else None.
+Extend = Callable[[scripts.LuaScript, list[Call]], tuple[scripts.LuaScript, list[Call], list[Any]]]
 
 
 class Called(FilterView, Protocol):
@@ -56,10 +57,12 @@ class Called(FilterView, Protocol):
 
 @dataclass(frozen=True)
 class FailedCall:
-    """A call of a batch that failed: the indices of the fingerprints it carried."""
+    """A call of a batch that failed: the indices of the fingerprints it carried, and
+    what its caller added to it (:data:`Extend`'s rider), if anything."""
 
     indices: list[int]
     error: Exception
+    rider: Any = None
 
 
 def one_call(
@@ -151,17 +154,17 @@ def add_answers(
     todo: Sequence[int] = range(count)
     for _ in range(layout.retries + 1):
         calls = plan(backend, fingerprints, expires, todo)
-        script = layout.add_script
+        script, riders = layout.add_script, [None] * len(calls)
         if extend is not None:
-            script, calls = extend(script, calls)
+            script, calls, riders = extend(script, calls)
         try:
             results = run_planned(backend, script, calls)
         except Exception as exc:  # kept for the caller, as run_many's are
             results = [exc] * len(calls)
         again = []
-        for (_, _, indices), result in zip(calls, results):
+        for (_, _, indices), rider, result in zip(calls, riders, results):
             if isinstance(result, Exception):
-                failed.append(FailedCall(indices, result))
+                failed.append(FailedCall(indices, result, rider))
                 continue
             for i, answer in zip(indices, result):
                 answers[i] = answer

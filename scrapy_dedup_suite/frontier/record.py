@@ -108,25 +108,24 @@ def record_and_enqueue(
             keep_acks(acks, shard, ids)
         return seen, failed
 
-    carried: dict[int, tuple[Shard, list[str]]] = {}  # per call (its indices' id)
-
-    def extend(script: LuaScript, planned: list[Call]) -> tuple[LuaScript, list[Call]]:
+    def extend(script: LuaScript, planned: list[Call]) -> tuple[LuaScript, list[Call], list[Any]]:
+        """Each call also pushes its new fingerprints' requests to the queue shard in
+        its slot and acknowledges that shard's leases, which ride on it."""
         out: list[Call] = []
+        riders: list[tuple[Shard, list[str]]] = []
         for keys, args, indices in planned:
             tail: list[Any] = [x for i in indices for x in requests[i]]
             shard = queue.shard_for(keys[0])
             given = acks.pop(shard, [])
-            if given:
-                carried[id(indices)] = (shard, given)
+            riders.append((shard, given))
             tail += [*given, len(given), len(args)]
             out.append(([*keys, *shard.record_keys], [*args, *tail], indices))
-        return enqueueing(script), out
+        return enqueueing(script), out, riders
 
     answers, failed = calls.add_answers(backend, fingerprints, expires, extend)
     for call in failed:
-        shard_ids = carried.get(id(call.indices))
-        if shard_ids is not None:
-            keep_acks(acks, *shard_ids)
+        if call.rider is not None:  # its acknowledgements, for the next call
+            keep_acks(acks, *call.rider)
     for answer in answers:
         if answer is not None and answer < 0:
             layout.grown(answer)
