@@ -3,6 +3,7 @@ reads is in it, and each default passes its own check. No Redis."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -33,12 +34,36 @@ def test_every_setting_the_package_reads_is_in_the_table():
     named = set()
     for path in [
         *(ROOT / "scrapy_dedup_suite").rglob("*.py"),
-        *(ROOT / "migrations").rglob("*.py"),
     ]:
         named |= set(re.findall(r'"(DEDUP_[A-Z_]+[A-Z])"', path.read_text(encoding="utf-8")))
     assert named, "the scan found no setting names: the pattern is wrong"
     missing = sorted(named - set(SETTINGS))
-    assert not missing, f"read by the package but not in settings_table.TABLE: {missing}"
+    assert not missing, f"read by the package but not in settings/table.py: {missing}"
+
+
+def test_a_setting_checked_by_its_component_names_a_place_that_exists():
+    """``Checked(where)``: the component that checks the value, named from the package
+    (what a reader opens, and what the docs' tables could link): it must load."""
+    from scrapy_dedup_suite.settings.kinds import Checked
+
+    named = [s.accepts.where for s in TABLE if isinstance(s.accepts, Checked)]
+    assert len(named) >= 5
+    for where in named:
+        assert _loaded(f"scrapy_dedup_suite.{where}") is not None, where
+
+
+def _loaded(path: str) -> object:
+    """What a dotted path names: its longest importable module, then attributes."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            found = getattr(found, name, None)
+        return found
+    return None
 
 
 def test_names_are_unique_and_documented():

@@ -26,13 +26,12 @@ from .kinds import (
     FlagOrAuto,
     HttpCodes,
     OneOf,
-    Params,
     Seconds,
     Setting,
     Text,
-    Url,
     Whole,
 )
+from .server_rows import SERVER_SETTINGS
 
 #: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
 MAX_RETRIES = 10
@@ -191,19 +190,19 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "DEDUP_WINDOW",
         "day",
-        Checked("windows.WindowSpec.parse"),
+        Checked("core.windows.WindowSpec.parse"),
         'windowed-bloom: bucket length, `"hour"`, `"day"`, `"month"` or seconds',
     ),
     Setting(
         "DEDUP_WINDOW_COUNT",
         7,
-        Checked("windows.WindowSpec.parse"),
+        Checked("core.windows.WindowSpec.parse"),
         "windowed-bloom: live buckets",
     ),
     Setting(
         "DEDUP_WINDOW_TZ",
         "UTC",
-        Checked("windows.WindowSpec.parse"),
+        Checked("core.windows.WindowSpec.parse"),
         "windowed-bloom: IANA zone of the calendar",
     ),
     Setting(
@@ -236,74 +235,7 @@ TABLE: tuple[Setting, ...] = (
         ),
         'with `"raise"`: immediate retries before raising (no pause: the reactor never sleeps)',
     ),
-    Setting(
-        "REDIS_URL",
-        None,
-        Url(),
-        "the connection, built exactly as scrapy-redis builds it (also `REDIS_HOST`, `REDIS_PORT`)",
-        owner="scrapy-redis",
-    ),
-    Setting(
-        "REDIS_PARAMS",
-        None,
-        Params("client arguments"),
-        "redis-py client arguments (password, timeouts), for the dupefilter's connections too",
-        owner="scrapy-redis",
-    ),
-    Setting(
-        "DEDUP_REDIS_URL",
-        None,
-        Url(),
-        "where the fingerprints live, if not on scrapy-redis's server (`REDIS_PARAMS` apply)",
-        shown="unset (= `REDIS_URL`)",
-    ),
-    Setting(
-        "DEDUP_REDIS_CLUSTER",
-        False,
-        Flag(),
-        "the URL names a node of a Redis Cluster: use redis-py's `RedisCluster` (see "
-        "[Redis Cluster](servers.md#redis-cluster))",
-    ),
-    Setting(
-        "DEDUP_REDIS_SENTINELS",
-        None,
-        Checked("sentinel.SentinelOptions"),
-        'Sentinel: the sentinels\' addresses, `["10.0.0.1:26379", ...]`; or `DEDUP_REDIS_URL '
-        '= "redis+sentinel://h1:26379,h2:26379/mymaster/0"` (see [Redis Sentinel]'
-        "(servers.md#redis-sentinel))",
-    ),
-    Setting(
-        "DEDUP_REDIS_SENTINEL_SERVICE",
-        "mymaster",
-        Text("the name the sentinels monitor the primary by (e.g. 'mymaster')"),
-        "the name the sentinels monitor the primary by",
-    ),
-    Setting(
-        "DEDUP_REDIS_SENTINEL_DB",
-        0,
-        Whole(0, None, "a database number >= 0"),
-        "the database on the primary",
-    ),
-    Setting(
-        "DEDUP_REDIS_SENTINEL_PARAMS",
-        None,
-        Params("arguments for the sentinels' connections (e.g. {'password': '...'})"),
-        "redis-py arguments for the sentinels' own connections (a password)",
-    ),
-    Setting(
-        "DEDUP_WAIT_REPLICAS",
-        0,
-        Whole(0, None, "a number of replicas >= 0 (0: do not wait)"),
-        "replicas each write waits for (`WAIT`, in the same round trip), so a failover loses "
-        "nothing that was answered; not on a cluster",
-    ),
-    Setting(
-        "DEDUP_WAIT_TIMEOUT",
-        1.0,
-        Seconds(0.0, 3600.0, "a number of seconds > 0 (e.g. 1.0)"),
-        "seconds a write waits for them at most; then it is counted (`dedup/unreplicated`) and "
-        "its answer stands",
-    ),
+    *SERVER_SETTINGS,
     Setting(
         "DUPEFILTER_DEBUG",
         False,
