@@ -17,7 +17,7 @@ from scrapy_dedup_suite.backends import CompactBackend
 from scrapy_dedup_suite.backends.compact import bucket_count, listpack_limits
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.exceptions import FilterMismatchError, WrongKeyTypeError
-from scrapy_dedup_suite.server.connection import masters
+from scrapy_dedup_suite.server.cluster import masters
 from scrapy_dedup_suite.server.failures import translate
 
 from .helpers import fingerprints

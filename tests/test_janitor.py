@@ -369,7 +369,8 @@ def test_a_pass_over_a_huge_capacity_costs_what_exists(server):
     bucket there could be, and purges exactly the expired ones; purge_remaining at its
     end is as cheap (the server's own count of the purge script's calls)."""
     from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
-    from scrapy_dedup_suite.server.connection import masters, server_time_ms
+    from scrapy_dedup_suite.server.cluster import masters
+    from scrapy_dedup_suite.server.connection import server_time_ms
 
     from .helpers import stored_expiry_ms
 

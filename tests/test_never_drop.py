@@ -27,7 +27,8 @@ from scrapy_dedup_suite.dedup.batch import DEFERRED, FAILED, NEW
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.exceptions import DedupBackendError, DedupConfigError
 from scrapy_dedup_suite.janitor import Janitor
-from scrapy_dedup_suite.server.connection import is_cluster, retries_of
+from scrapy_dedup_suite.server.cluster import is_cluster
+from scrapy_dedup_suite.server.connection import retries_of
 
 from .conftest import BACKENDS, ROWS
 from .helpers import SETTINGS_ROWS, fingerprints

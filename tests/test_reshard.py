@@ -18,7 +18,8 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import SetBackend
 from scrapy_dedup_suite.embedded import EmbeddedCluster
-from scrapy_dedup_suite.server.connection import ask_targets, get_redis
+from scrapy_dedup_suite.server.cluster import ask_targets
+from scrapy_dedup_suite.server.connection import get_redis
 
 from .conftest import ROWS
 from .helpers import SETTINGS_ROWS, crawl, fingerprints

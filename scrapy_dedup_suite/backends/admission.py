@@ -11,7 +11,7 @@ from typing import Protocol
 from redis.exceptions import ResponseError
 
 from ..exceptions import DedupConfigError
-from ..server.connection import is_cluster, masters, nodes_of
+from ..server.cluster import is_cluster, masters, nodes_of
 from .capabilities import Capabilities
 from .keys import as_str
 from .views import FilterView

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from scrapy.settings import BaseSettings
 
 from ..server import scripts
-from ..server.connection import is_cluster, nodes_of
+from ..server.cluster import is_cluster, nodes_of
 from . import calls
 from .calls import FailedCall, one_call
 from .keys import chunks, memory_usage

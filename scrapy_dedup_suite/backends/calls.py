@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..server import scripts
-from ..server.connection import is_cluster
+from ..server.cluster import is_cluster
 from .keys import slot_of
 from .layout import Layout
 from .views import FilterView

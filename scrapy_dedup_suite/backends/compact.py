@@ -41,7 +41,7 @@ from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
 from ..server import scripts
-from ..server.connection import is_cluster, masters, nodes_of
+from ..server.cluster import is_cluster, masters, nodes_of
 from ..settings.options import CompactOptions
 from ..settings.table import check, default
 from . import admission

@@ -21,7 +21,8 @@ from scrapy.settings import BaseSettings
 
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..server import scripts
-from ..server.connection import address, has_command, masters, server_time_ms
+from ..server.cluster import masters
+from ..server.connection import address, has_command, server_time_ms
 from ..settings.options import HashOptions
 from ..settings.table import check
 from .base import LAYOUT_VERSION, DedupBackend

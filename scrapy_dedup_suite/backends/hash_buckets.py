@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from ..server.connection import node_of
+from ..server.cluster import node_of
 from ..settings.options import HashOptions
 from ..settings.table import default
 from .compact import CompactBackend

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from redis.crc import key_slot
 
 from ..exceptions import DedupConfigError, WrongKeyTypeError
-from ..server.connection import masters
+from ..server.cluster import masters
 
 #: Fingerprints sent to Redis per pipeline in the batched operations.
 BATCH = 1000

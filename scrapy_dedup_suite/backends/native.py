@@ -33,7 +33,8 @@ from ..core.native_math import NativeParams, native_error_rate
 from ..core.windows import WindowSpec
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..server import scripts
-from ..server.connection import address, has_command, masters
+from ..server.cluster import masters
+from ..server.connection import address, has_command
 from ..settings.options import NativeBloomOptions, WindowOptions
 from ..settings.table import default
 from . import admission

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from redis.exceptions import AskError
 
 from ..exceptions import DedupConfigError
-from ..server.connection import is_cluster, refresh_slots
+from ..server.cluster import is_cluster, refresh_slots
 from ..server.failures import cluster_node_error
 from . import admission, clearing
 from . import meta as record

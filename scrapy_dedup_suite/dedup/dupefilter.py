@@ -20,14 +20,8 @@ from ..backends import DedupBackend, build_backend, other_filters
 from ..backends.admission import EvictionWatch
 from ..core import error_lines
 from ..core.fingerprint import get_fingerprinter, scrapy_redis_fingerprint
-from ..server.connection import (
-    UNREACHABLE,
-    get_redis,
-    redis_source,
-    refresh_slots,
-    unreachable,
-    without_retries,
-)
+from ..server.cluster import refresh_slots
+from ..server.connection import UNREACHABLE, get_redis, redis_source, unreachable, without_retries
 from ..server.failures import ErrorPolicy, as_failure, is_transient
 from ..server.privileges import permission_error
 from ..settings.options import DupefilterOptions

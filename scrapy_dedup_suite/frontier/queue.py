@@ -41,7 +41,7 @@ from typing import Any
 from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
 from ..exceptions import DedupConfigError
 from ..server import scripts
-from ..server.connection import is_cluster
+from ..server.cluster import is_cluster
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from redis.cluster import ClusterPipeline
 from redis.exceptions import AskError, NoScriptError, RedisError, TryAgainError
 
 from . import answers
-from .connection import ask_targets
+from .cluster import ask_targets
 
 T = TypeVar("T")
 
