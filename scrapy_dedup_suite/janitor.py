@@ -4,6 +4,7 @@ imports name ``scrapy_dedup_suite.janitor.JanitorExtension``; the code lives in
 
 from __future__ import annotations
 
-from .operations.janitor import Janitor, JanitorExtension, JanitorReport
+from .operations.janitor import Janitor, JanitorExtension
+from .operations.janitor_report import JanitorReport
 
 __all__ = ["Janitor", "JanitorExtension", "JanitorReport"]

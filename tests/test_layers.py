@@ -133,19 +133,25 @@ def test_no_two_modules_share_a_name():
 
 def test_a_public_path_only_re_exports_what_its_layer_defines():
     """``scrapy_dedup_suite.dupefilter`` and the others a project writes: a docstring,
-    one import from the module the code lives in, and ``__all__``; each name is the
-    very object of that module, and the module is in a layer."""
+    imports from the modules the code lives in (each in a layer), and ``__all__``;
+    each name is the very object those modules define."""
     for name in PUBLIC_PATHS:
         tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
         body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) else tree.body
-        kinds = [type(node).__name__ for node in body]
-        assert kinds == ["ImportFrom", "ImportFrom", "Assign"], (name, kinds)
-        source = body[1]
-        assert isinstance(source, ast.ImportFrom) and source.level == 1, name
-        inner = source.module or ""
-        assert inner.split(".")[0] in LAYERS, (name, inner)
+        future, *sources, names = body
+        assert isinstance(future, ast.ImportFrom) and future.module == "__future__", name
+        assert sources and all(isinstance(s, ast.ImportFrom) for s in sources), name
+        assert isinstance(names, ast.Assign), name
         public = importlib.import_module(f"{NAME}.{name}")
-        code = importlib.import_module(f"{NAME}.{inner}")
-        assert public.__all__ == [alias.name for alias in source.names], name
-        for attr in public.__all__:
-            assert getattr(public, attr) is getattr(code, attr), (name, attr)
+        exported = []
+        for source in sources:
+            assert isinstance(source, ast.ImportFrom) and source.level == 1, name
+            inner = source.module or ""
+            assert inner.split(".")[0] in LAYERS, (name, inner)
+            code = importlib.import_module(f"{NAME}.{inner}")
+            for alias in source.names:
+                defined = getattr(code, alias.name)
+                assert getattr(defined, "__module__", None) == code.__name__, (name, alias.name)
+                assert getattr(public, alias.name) is defined, (name, alias.name)
+                exported.append(alias.name)
+        assert public.__all__ == exported, name

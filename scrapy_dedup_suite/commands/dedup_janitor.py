@@ -12,7 +12,8 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.log import configure_logging
 
 from ..core import config
-from ..operations.janitor import Janitor, JanitorReport, make_scheduler
+from ..operations.janitor import Janitor, make_scheduler
+from ..operations.janitor_report import JanitorReport
 from ..server.connection import UNREACHABLE, redis_source, unreachable
 from ..settings.options import JanitorOptions
 from . import DedupCommand, add_target_options, settings_value, target_backend

@@ -33,7 +33,6 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +43,10 @@ from scrapy.exceptions import NotConfigured
 from ..backends import DedupBackend, admission, build_backend
 from ..backends.keys import as_str, janitor_lock_key, janitor_state_key, read_hash
 from ..backends.purge import OnScan
-from ..backends.reports import FilterFill
 from ..dedup.crawl_checks import check_crawl_settings
 from ..settings.options import JanitorOptions
 from ..settings.table import check, default
+from .janitor_report import JanitorReport
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -59,55 +58,6 @@ logger = logging.getLogger("scrapy_dedup_suite.janitor")
 
 #: Passes whose growth is compared before warning that the janitor falls behind.
 GROWTH_PASSES = 3
-
-
-@dataclass
-class JanitorReport:
-    """What one pass did and found."""
-
-    backend: str
-    key: str
-    skipped: bool = False  # another janitor held the lock
-    exists: bool = True  # False when the dupefilter has stored nothing yet
-    purged: bool = False  # the backend's entries expire and this pass purged them
-    completed: bool = False  # the purge reached the end of every hash
-    resumed: bool = False  # it continued a pass that had been interrupted
-    scanned: int = 0
-    removed: int = 0
-    remaining: int = 0  # fields left in the hash after the pass
-    calls: int = 0  # Redis calls made by the purge
-    seconds: float = 0.0
-    slowest_call_ms: float = 0.0
-    restored_expiry: list[str] = field(default_factory=list)
-    filters: list[FilterFill] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        head = f"{self.backend} dupefilter at {self.key!r}: "
-        if self.skipped:
-            return head + "skipped, another janitor is running a pass on this key"
-        if not self.exists:
-            return head + "nothing stored yet, nothing to do"
-        parts = list(self.notes)
-        if self.purged:
-            state = "finished" if self.completed else "interrupted"
-            parts.append(
-                f"removed {self.removed:,} expired of {self.scanned:,} scanned fields "
-                f"({self.remaining:,} remain), pass {state}"
-                + (" (resumed)" if self.resumed else "")
-            )
-            parts.append(f"{self.calls:,} calls, slowest {self.slowest_call_ms:.2f} ms")
-        parts += [fill.describe() for fill in self.filters]
-        if self.restored_expiry:
-            parts.append(f"restored the expiry of {len(self.restored_expiry)} bucket(s)")
-        if len(parts) == len(self.notes):  # (a backend with no expiry and no fill to report)
-            parts.append(f"nothing to do: the {self.backend} backend has no expiry to purge")
-        parts.append(f"{self.seconds:.2f} s")
-        return head + "; ".join(parts)
 
 
 class Janitor:
