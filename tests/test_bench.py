@@ -241,3 +241,12 @@ def test_frontier_queue_bench_measures_the_server_s_time_for_both_queues(redis_s
     for row in rows:
         ours, theirs = (float(x) for x in re.findall(r"([0-9.]+) (?:us/request|\()", row)[:2])
         assert ours > 0 and theirs > 0, row
+
+
+def test_idle_bench_counts_what_a_waiting_worker_sends(redis_server):
+    out = run_bench(
+        "bench.idle", "--seconds", "6", "--warmup", "1", "--server", redis_server.binary
+    )
+    rows = {line[:14].strip(): line for line in out.stdout.splitlines() if "/s" not in line}
+    assert {"sr scheduler", "frontier"} <= set(rows), out.stdout
+    assert "EVALSHA" in rows["frontier"] and "ZCARD" in rows["sr scheduler"], out.stdout

@@ -321,6 +321,45 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     assert f"{view['leased']:,} leased (by worker {dead.worker.rstrip(':')}" in text
     assert "ended" in text and "reclaimed by the next worker's call" in text
     assert "scrapy-redis's queue 'spider:requests' holds 1 request(s)" in text
+    assert view["status"] == "stalled" and "stalled: a worker holding leases" in text
+
+
+def test_dedup_info_says_whether_the_crawl_is_finished_running_or_stalled(
+    server, redis_settings, topology
+):
+    """What the queue says from outside (issue 56): finished when nothing waits, no lease
+    is held and no page waits to be tried again; running while workers hold leases they
+    renew; stalled once a lease ended unrenewed; waiting when requests wait and no
+    worker holds any."""
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.commands.dedup_info import frontier_view, render
+
+    settings = Settings({**redis_settings, "DEDUP_BACKEND": "compact"})
+    backend = build_backend(settings, "spider", server=server)
+    backend.open()
+
+    def status() -> str:
+        view = frontier_view(settings, "spider", server)
+        assert f"  {view['status']}: {view['status_detail']}" in render("s", {"frontier": view})
+        return view["status"]
+
+    assert status() == "finished"  # (nothing was ever queued)
+    queue = FrontierQueue.for_backend(backend, "spider:requests")
+    record_and_enqueue(backend, queue, fps(4), [None] * 4, [(0, b"\x01 parse  u")] * 4)
+    assert status() == "waiting"
+    live = FrontierQueue.for_backend(backend, "spider:requests")
+    taken = {shard: live.call(shard, 600_000, take=10).requests for shard in live.shards}
+    assert status() == "running"
+    for shard, requests in taken.items():  # the live worker acknowledges them all
+        live.call(shard, 600_000, acks=[lease_id for lease_id, _, _ in requests])
+    assert status() == "finished"
+    record_and_enqueue(backend, queue, fps(6)[4:], [None] * 2, [(0, b"\x01 parse  u")] * 2)
+    dead = FrontierQueue.for_backend(backend, "spider:requests")
+    for shard in dead.shards:
+        dead.call(shard, 0, take=10)  # leases that end at once: a dead worker's
+    assert status() == "stalled"
 
 
 @pytest.mark.single_server
@@ -882,17 +921,21 @@ def test_the_worker_that_sets_a_request_aside_for_coming_back_too_often_names_it
 
 
 @pytest.mark.single_server
-def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second(server, redis_url):
+def test_a_request_call_that_finds_nothing_asks_again_sooner_while_work_may_come(server, redis_url):
     """A worker that starts while another holds every request finds nothing; the engine
-    asks again TAKE_EVERY (half a second) later, once however often it asked meanwhile, not
-    at its next heartbeat (before, issue 51: the second worker's first page came 5.6 s
-    after its start). Time is a test clock."""
+    asks again TAKE_EVERY (half a second) later, once however often it asked meanwhile,
+    not at its next heartbeat (before, issue 51: the second worker's first page came
+    5.6 s after its start); then twice as long each time nothing came, up to the
+    heartbeat, and TAKE_EVERY again once work came. A worker that found no work anywhere
+    (nothing waits, no lease is held) is not woken: the engine's heartbeat asks (issue
+    56: an idle worker sent 14.6 commands a second, ``python -m bench.idle``). Time is a
+    test clock."""
     from types import SimpleNamespace
 
     from scrapy import Request
     from twisted.internet.task import Clock
 
-    from scrapy_dedup_suite.frontier.idle import TAKE_EVERY
+    from scrapy_dedup_suite.frontier.idle import TAKE_AT_MOST, TAKE_EVERY
 
     from .test_frontier_retry import RetrySpider, scheduler_for
 
@@ -902,20 +945,35 @@ def test_a_request_call_that_finds_nothing_asks_the_engine_again_within_a_second
     slot = scheduler.crawler.engine._slot
     slot.nextcall = SimpleNamespace(schedule=lambda: woken.append(clock.seconds()))
     scheduler.waker.timer.call_later = clock.callLater
-    assert scheduler.next_request() is None
-    clock.advance(TAKE_EVERY / 2)
-    assert scheduler.next_request() is None
-    clock.advance(TAKE_EVERY / 2)
-    assert woken == [TAKE_EVERY]
+    assert scheduler.next_request() is None  # (nothing anywhere)
+    clock.advance(10 * TAKE_AT_MOST)
+    assert woken == []
     page = Request("http://example.com/later", callback=RetrySpider().parse)
     shard = scheduler.queue.shards[0]
-    scheduler.queue.push(shard, [(0, scheduler.codec.encode(page, priority_apart=True))])
-    scheduler.looks.forget()  # (a second later)
-    assert scheduler.next_request().url == page.url
-    assert scheduler.next_request() is None  # (a wake asked for...)
+    codec = scheduler.codec
+    other = FrontierQueue(server, [scheduler.queue_key])  # another worker holds it
+    other.push(other.shards[0], [(0, codec.encode(page, priority_apart=True))])
+    assert len(other.call(other.shards[0], 60_000, take=1).requests) == 1
+    scheduler.looks.forget()
+    start = clock.seconds()
+    asked = []
+    while clock.seconds() - start < 4 * TAKE_AT_MOST:
+        assert scheduler.next_request() is None  # (asked as the engine asks...)
+        clock.advance(TAKE_EVERY / 2)
+        if woken and woken[-1] - start not in asked:
+            asked.append(woken[-1] - start)
+            scheduler.looks.forget()  # (the wake's call looks again)
+    waits = [b - a for a, b in zip([0.0, *asked], asked)]
+    assert waits[:4] == [TAKE_EVERY, 2 * TAKE_EVERY, 4 * TAKE_EVERY, 8 * TAKE_EVERY], waits
+    assert max(waits) == TAKE_AT_MOST, waits
+    scheduler.queue.push(shard, [(0, codec.encode(page, priority_apart=True))])
+    scheduler.looks.forget()
+    assert scheduler.next_request().url == page.url  # (work came: patient no more)
+    assert scheduler.waker.patience == TAKE_EVERY
     scheduler.close("finished")
-    clock.advance(10 * TAKE_EVERY)
-    assert woken == [TAKE_EVERY]  # (... and cancelled by the close)
+    count = len(woken)
+    clock.advance(10 * TAKE_AT_MOST)
+    assert len(woken) == count  # (nothing asked after the close)
 
 
 @pytest.mark.single_server

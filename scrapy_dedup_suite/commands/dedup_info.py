@@ -127,7 +127,7 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
     held = waiting + sum(s.held + s.aside + s.later for s in shards)
     dues = [s.next_due_in for s in shards if s.next_due_in is not None]
     kind = as_str(server.type(queue_key))
-    return {
+    view = {
         "shards": len(shards),
         "queue": shards[0].queue,
         "waiting": waiting,
@@ -149,6 +149,33 @@ def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any
             else 0,
         },
     }
+    view["status"], view["status_detail"] = crawl_status(view, read(settings, "FRONTIER_LEASE"))
+    return view
+
+
+def crawl_status(view: dict[str, Any], lease: float) -> tuple[str, str]:
+    """Where a crawl of the frontier stands, from its queue's figures (``view``) and
+    FRONTIER_LEASE: ``finished`` (nothing waits, no lease is held, no page waits to be
+    tried again), ``stalled`` (a lease ended: its worker stopped renewing it), ``running``
+    (workers hold leases they renew), ``retrying`` (only pages that wait to be tried
+    again), or ``waiting`` (requests wait and no worker holds a lease)."""
+    waiting, leased, later = view["waiting"], view["leased"], view["retry_later"]
+    if not waiting and not leased and not later:
+        return "finished", "nothing waits, no lease is held, no page waits to be tried again"
+    ends = view["oldest_lease_ends_in"]
+    if ends is not None and ends < 0:
+        return "stalled", (
+            f"a worker holding leases was last seen {lease - ends:,.0f} s ago (its lease "
+            "ended; the next worker's call takes its requests back)"
+        )
+    if leased:
+        workers = len(view["leased_by"])
+        return "running", f"{workers:,} worker(s) hold leases they renew"
+    if not waiting:
+        due = view["next_retry_in"]
+        when = f"the first in {due:,.0f} s" if due > 0 else "the first now"
+        return "retrying", f"only pages that wait to be tried again ({when})"
+    return "waiting", "requests wait and no worker holds a lease: is a worker running?"
 
 
 def render(spider: str, found: dict[str, Any]) -> str:
@@ -173,6 +200,7 @@ def render(spider: str, found: dict[str, Any]) -> str:
 def _frontier_lines(f: dict[str, Any]) -> list[str]:
     """The frontier's queue, in words."""
     lines = [f"frontier scheduler's queue at {f['queue']!r} ({f['shards']} shard(s)):"]
+    lines.append(f"  {f['status']}: {f['status_detail']}")
     if not f["waiting"] and not f["leased"]:
         lines.append("  nothing waiting, nothing leased")
     else:

@@ -7,8 +7,11 @@ yield more), a request this worker took itself, and a page kept for later
 worker waits for it rather than close with it due a moment later. One due after that
 is left for the next run, and the close says so.
 
-A worker whose request call found nothing while work may come asks again half a second
-later (:class:`EngineWaker`), not at the engine's next heartbeat.
+A worker whose request call found nothing while work may come (requests wait, or
+other workers hold leases whose pages may yield more) asks again half a second later,
+then after twice as long each time it finds nothing, up to the engine's heartbeat
+(:class:`EngineWaker`); one that found no work anywhere waits for the heartbeat. An
+idle worker so costs Redis one call every few seconds (``python -m bench.idle``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 LOOK_EVERY = 1.0
 #: The most often a worker that found nothing to take looks again (seconds).
 TAKE_EVERY = 0.5
+#: The longest it waits to look again while work may come: the engine's heartbeat,
+#: after which the engine asks by itself.
+TAKE_AT_MOST = 5.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,14 @@ class ShardLooks:
 
     def forget(self) -> None:
         self.seen.clear()
+
+    def work_elsewhere(self) -> bool:
+        """Whether work may come: a shard's last call said requests wait, other
+        workers hold leases (their pages may yield more) or a page kept for later is
+        due; or a shard is not looked at yet."""
+        if not self.seen:
+            return True
+        return any(s.waiting or s.held or s.due_at is not None for s in self.seen.values())
 
     def to_take(self, shards: Sequence[Shard]) -> Iterator[Shard]:
         """The shards in turn, less those found empty less than TAKE_EVERY ago."""
@@ -129,16 +143,18 @@ class OneShot:
         self.call_later: Callable[..., Any] | None = None
         self._pending: Any = None
 
-    def ask(self, delay: float) -> None:
+    def ask(self, delay: float) -> bool:
+        """Whether this asked for a call (none was pending, and a clock runs)."""
         if self.stopped or (self._pending is not None and self._pending.active()):
-            return
+            return False
         call_later = self.call_later
         if call_later is None:
             reactor = running_reactor()
             if reactor is None:
-                return
+                return False
             call_later = reactor.callLater
         self._pending = call_later(delay, self.call)
+        return True
 
     def stop(self) -> None:
         self.stopped = True
@@ -156,6 +172,9 @@ class EngineWaker:
     def __init__(self, slot: Callable[[], Any]) -> None:
         self.slot = slot
         self.timer = OneShot(self.now)
+        #: How long :meth:`later` waits next: doubled each time it asked, back to
+        #: TAKE_EVERY when :meth:`found` says work came.
+        self.patience = TAKE_EVERY
 
     def now(self) -> None:
         slot = self.slot()
@@ -165,6 +184,16 @@ class EngineWaker:
     def soon(self, delay: float) -> None:
         """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""
         self.timer.ask(delay)
+
+    def later(self) -> None:
+        """Nothing found while work may come: :meth:`now` after :attr:`patience`,
+        which doubles, up to TAKE_AT_MOST, each time nothing came."""
+        if self.timer.ask(self.patience):
+            self.patience = min(2 * self.patience, TAKE_AT_MOST)
+
+    def found(self) -> None:
+        """Work came: the next wait is TAKE_EVERY again."""
+        self.patience = TAKE_EVERY
 
     def stop(self) -> None:
         self.timer.stop()

@@ -41,7 +41,7 @@ from ..exceptions import DedupConfigError
 from ..server.privileges import permission_error
 from .codec import RequestEncodingError
 from .frontier_options import FrontierOptions
-from .idle import TAKE_EVERY, EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
+from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper, say_returned
@@ -250,7 +250,8 @@ class Scheduler(BaseScheduler):
         if not self.holdings.taken and self._ahead is None:
             self._take()
         if not self.holdings.taken:
-            self.waker.soon(TAKE_EVERY)  # (work may come: others hold leases...)
+            if self.looks.work_elsewhere():  # (else the engine's heartbeat asks again)
+                self.waker.later()
             return None
         request, shard, lease_id = self.holdings.taken.popleft()
         self.holdings.in_flight[request] = (shard, lease_id)
@@ -326,6 +327,7 @@ class Scheduler(BaseScheduler):
         self._count("frontier/leased", len(leased.requests))
         if leased.requests:
             self.idle.busy()  # (taken by this worker's own call: no look saw them)
+            self.waker.found()
         if aside:
             try:
                 self._call(shard, 0, aside=aside)
