@@ -22,12 +22,12 @@ from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.utils.misc import load_object
 
 from .backends import get_backend_class
+from .core.paths import dotted_path
 from .dedup import failed
 from .dedup.crawl_checks import (
     DUPEFILTER,
     REPLACED_DUPEFILTERS,
     check_crawl_settings,
-    path_of,
 )
 from .dedup.dupefilter import RFPDupeFilter
 from .dedup.failed import FailedPagesMiddleware
@@ -55,7 +55,7 @@ class Addon:
         said: list[str] = []
         kept: list[str] = []
         current = settings.get("DUPEFILTER_CLASS")
-        path = path_of(current)
+        path = dotted_path(current)
         if _is_subclass(current, RFPDupeFilter):
             kept.append(f"DUPEFILTER_CLASS = {path!r}")
         elif path in REPLACED_DUPEFILTERS:
@@ -119,7 +119,7 @@ def _frontier(settings: BaseSettings, said: list[str], kept: list[str]) -> None:
     if not read(settings, "DEDUP_FRONTIER"):
         return
     current = settings.get("SCHEDULER")
-    path = path_of(current)
+    path = dotted_path(current)
     if path == FRONTIER:
         kept.append(f"SCHEDULER = {FRONTIER!r}")
     elif path in REPLACED_SCHEDULERS:

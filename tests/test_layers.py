@@ -155,3 +155,24 @@ def test_a_public_path_only_re_exports_what_its_layer_defines():
                 assert getattr(public, alias.name) is defined, (name, alias.name)
                 exported.append(alias.name)
         assert public.__all__ == exported, name
+
+
+def test_a_public_class_is_named_by_its_public_path_in_what_the_package_says():
+    """The add-on's log line, the batch middleware's advice, a refusal naming the
+    dupefilter: each names the class as a project writes it, not the folder it lives
+    in; a project's subclass is named where it lives."""
+    from scrapy_dedup_suite.core.paths import dotted_path
+
+    written = {
+        "dupefilter": "RFPDupeFilter",
+        "middleware": "BatchDedupMiddleware",
+        "failed": "FailedPagesMiddleware",
+        "janitor": "JanitorExtension",
+        "summary": "DedupSummary",
+    }
+    assert set(written) == PUBLIC_PATHS
+    for module, name in written.items():
+        cls = getattr(importlib.import_module(f"{NAME}.{module}"), name)
+        assert dotted_path(cls) == f"{NAME}.{module}.{name}"
+        mine = type("Mine", (cls,), {"__module__": "myproject.dedup"})
+        assert dotted_path(mine) == "myproject.dedup.Mine"

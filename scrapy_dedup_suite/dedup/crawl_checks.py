@@ -20,6 +20,7 @@ from scrapy.utils.misc import load_object
 from ..backends import check_settings as check_backend_settings
 from ..backends.keys import spider_key
 from ..core import error_lines
+from ..core.paths import dotted_path
 from ..exceptions import DedupConfigError
 from ..settings.table import check_given, read
 from .dupefilter import RFPDupeFilter
@@ -65,13 +66,6 @@ def is_frontier(scheduler: Any) -> bool:
     return frontier_class(scheduler) is not None
 
 
-def path_of(obj: Any) -> str:
-    """A class's dotted path (a string is one already)."""
-    if isinstance(obj, str):
-        return obj
-    return f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else repr(obj)
-
-
 def frontier_dupefilter(given: Any) -> type[RFPDupeFilter]:
     """The dupefilter class the frontier builds for DUPEFILTER_CLASS ``given``: this
     package's (or a subclass), also in place of Scrapy's and scrapy-redis's; any other
@@ -87,11 +81,11 @@ def frontier_dupefilter(given: Any) -> type[RFPDupeFilter]:
         ) from None
     if isinstance(cls, type) and issubclass(cls, RFPDupeFilter):
         return cls
-    if path_of(cls) in REPLACED_DUPEFILTERS:
+    if dotted_path(cls) in REPLACED_DUPEFILTERS:
         return RFPDupeFilter
     raise DedupConfigError(
         f"The frontier scheduler records and enqueues each request in one Redis call, "
-        f"through this package's dupefilter; DUPEFILTER_CLASS is {path_of(given)!r}: set "
+        f"through this package's dupefilter; DUPEFILTER_CLASS is {dotted_path(given)!r}: set "
         f'DUPEFILTER_CLASS = "{DUPEFILTER}" (DEDUP_BACKEND chooses its storage)'
     )
 
@@ -101,10 +95,10 @@ def dupefilter_for(crawler: Crawler) -> RFPDupeFilter:
     scrapy-redis's are replaced by it: its default backend is scrapy-redis's set)."""
     given = crawler.settings.get("DUPEFILTER_CLASS")
     cls = frontier_dupefilter(given)
-    if given and path_of(given) in REPLACED_DUPEFILTERS:
+    if given and dotted_path(given) in REPLACED_DUPEFILTERS:
         logger.info(
             "Frontier: DUPEFILTER_CLASS %r replaced by scrapy_dedup_suite's RFPDupeFilter, "
             "which records and enqueues in one call (DEDUP_BACKEND chooses its storage)",
-            path_of(given),
+            dotted_path(given),
         )
     return cls.from_crawler(crawler)

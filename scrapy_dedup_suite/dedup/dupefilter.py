@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import ResponseError
 from scrapy.dupefilters import BaseDupeFilter
@@ -77,6 +77,9 @@ class RFPDupeFilter(HandleAttributes, BaseDupeFilter):
     the one the DEDUP_* settings in ``settings`` (default: the package's
     defaults, i.e. scrapy-redis's set) describe, at ``key``.
     """
+
+    #: Where projects name it (its code lives in this module).
+    public_path: ClassVar[str] = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
 
     logger = logger
 

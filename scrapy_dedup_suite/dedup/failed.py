@@ -19,7 +19,7 @@ Docs: docs/failures.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
@@ -43,6 +43,9 @@ class FailedPagesMiddleware:
     """Tells the dupefilter which downloads failed for good; enabled by the add-on at
     :data:`ORDER`. With DEDUP_FORGET_FAILED off it still counts them (``dedup/failed``)
     and says at the close that they stay recorded as seen, as scrapy-redis keeps them."""
+
+    #: Where projects name it (its code lives in this module).
+    public_path: ClassVar[str] = "scrapy_dedup_suite.failed.FailedPagesMiddleware"
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request, signals
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
@@ -47,6 +47,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 
 from ..core.daemon_threads import DaemonThreads
+from ..core.paths import dotted_path
 from ..exceptions import ClientFailure
 from ..server.connection import check_reachable
 from ..settings.options import BatchOptions
@@ -82,16 +83,12 @@ class Checked:
 PASS_THROUGH = {"scrapy.spidermiddlewares.start.StartSpiderMiddleware"}
 
 
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def passes_requests_on(mw: Any) -> bool:
     """Whether the spider middleware ``mw`` certainly passes every request of a
     callback's output on unchanged: it has no output hook, is one of Scrapy's known
     to, or is a ``BaseSpiderMiddleware`` that overrides none of the request hooks."""
     cls = type(mw)
-    if class_path(cls) in PASS_THROUGH:
+    if dotted_path(cls) in PASS_THROUGH:
         return True
     hooks = ("process_spider_output", "process_spider_output_async")
     if not any(hasattr(mw, name) for name in hooks):
@@ -129,6 +126,9 @@ def scheduler_dupefilter(
 
 class BatchDedupMiddleware:
     """Spider middleware that checks a callback's requests in one batch."""
+
+    #: Where projects name it (its code lives in this module).
+    public_path: ClassVar[str] = "scrapy_dedup_suite.middleware.BatchDedupMiddleware"
 
     def __init__(self, crawler: Crawler, options: BatchOptions) -> None:
         self.crawler = crawler
@@ -178,11 +178,11 @@ class BatchDedupMiddleware:
         if not after:
             return True
         orders = self._orders()
-        named = [f"{class_path(type(mw))} (order {orders.get(type(mw), '?')})" for mw in after]
+        named = [f"{dotted_path(type(mw))} (order {orders.get(type(mw), '?')})" for mw in after]
         lowest = min((orders[type(mw)] for mw in after if type(mw) in orders), default=None)
         advice = (
             f"give it an order lower than {lowest}, e.g. SPIDER_MIDDLEWARES = "
-            f'{{"{class_path(type(self))}": {lowest - 1}}}'
+            f'{{"{dotted_path(type(self))}": {lowest - 1}}}'
             if lowest is not None
             else "give it the lowest order of the spider middlewares"
         )

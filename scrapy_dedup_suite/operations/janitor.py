@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import LockError
 from scrapy import signals
@@ -271,6 +271,9 @@ class JanitorExtension:
     background thread with their own Redis client, never on the reactor; on
     close the running pass stops after its batch and the scheduler shuts down.
     """
+
+    #: Where projects name it (its code lives in this module).
+    public_path: ClassVar[str] = "scrapy_dedup_suite.janitor.JanitorExtension"
 
     def __init__(self, crawler: Crawler, interval: float) -> None:
         self.crawler = crawler

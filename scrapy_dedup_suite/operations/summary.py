@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import signals
 
@@ -76,6 +76,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 class DedupSummary:
+    #: Where projects name it (its code lives in this module).
+    public_path: ClassVar[str] = "scrapy_dedup_suite.summary.DedupSummary"
+
     def __init__(self, crawler: Crawler, path: str | None) -> None:
         self.crawler = crawler
         self.path = path
