@@ -250,3 +250,12 @@ def test_idle_bench_counts_what_a_waiting_worker_sends(redis_server):
     rows = {line[:14].strip(): line for line in out.stdout.splitlines() if "/s" not in line}
     assert {"sr scheduler", "frontier"} <= set(rows), out.stdout
     assert "EVALSHA" in rows["frontier"] and "ZCARD" in rows["sr scheduler"], out.stdout
+
+
+def test_frontier_finish_bench_times_every_worker_s_exit(redis_server):
+    out = run_bench(
+        "bench.frontier_finish", "--trials", "1", "--workers", "2", "--pages", "200",
+        "--server", redis_server.binary,
+    )  # fmt: skip
+    assert "trial 0: 200 pages" in out.stdout, out.stdout  # every page, once
+    assert out.stdout.rstrip().endswith("exits before it: 0"), out.stdout
