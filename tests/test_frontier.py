@@ -5,6 +5,7 @@ reclaimed when its lease ends."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 import pytest
 import redis
@@ -360,6 +361,49 @@ def test_dedup_info_says_whether_the_crawl_is_finished_running_or_stalled(
     for shard in dead.shards:
         dead.call(shard, 0, take=10)  # leases that end at once: a dead worker's
     assert status() == "stalled"
+
+
+@pytest.mark.single_server
+def test_dedup_info_watch_shows_the_queue_each_round_until_ctrl_c(server, redis_url):
+    """``--watch SECONDS`` (issue 56): the frontier's view again every round (one JSON
+    line each with --json, as a monitor reads it) as the queue changes, until Ctrl-C:
+    exit 0, no traceback. A watch of no time is a usage error whose advice works."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+    from .test_messages import scrapy_cmd
+
+    refused = scrapy_cmd(
+        "dedup-info", "--spider", "s", "--watch", "0", "-s", f"REDIS_URL={redis_url}"
+    )
+    assert refused.returncode == 2 and "--watch must be a number of seconds > 0" in refused.stderr
+    args = ["dedup-info", "--spider", "s", "--watch", "0.2", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", *args, "-s", f"REDIS_URL={redis_url}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["status"] == "finished" and first["waiting"] == 0
+        queue = FrontierQueue(server, ["s:requests"])
+        queue.push(queue.shards[0], [(0, b"\x01 parse  u")])
+        for _ in range(100):  # (rounds until one sees it: each a fresh look)
+            round_ = json.loads(proc.stdout.readline())
+            if round_["waiting"]:
+                break
+        assert round_["status"] == "waiting" and round_["waiting"] == 1
+        assert round_["time"] > first["time"]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
 
 
 @pytest.mark.single_server

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from typing import Any
 
 from scrapy.exceptions import UsageError
@@ -37,7 +39,8 @@ class Command(DedupCommand):
             "this spider, what Redis holds: keys, types, memory, fingerprints or fill, "
             "layers, buckets and their expiry, hash fields and the share expired; the "
             "parameters a filter was created with when they differ from the settings; the "
-            "frontier scheduler's queue (requests waiting, leases per worker). Reads "
+            "frontier scheduler's queue (where the crawl stands, requests waiting, leases "
+            "per worker; with --watch, again every few seconds until Ctrl-C). Reads "
             "only. Exit codes: 0 done, 1 error, 2 usage, 6 Redis unreachable."
         )
 
@@ -46,12 +49,21 @@ class Command(DedupCommand):
         group = parser.add_argument_group(title="What to show")
         group.add_argument("--spider", metavar="NAME", help="the spider whose dupefilter to show")
         group.add_argument("--json", action="store_true", help="print it as JSON")
+        group.add_argument(
+            "--watch",
+            type=float,
+            metavar="SECONDS",
+            help="show the frontier's queue and workers again every SECONDS (redrawn in a "
+            "terminal; with --json one line a round) until Ctrl-C",
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         self.no_arguments(args)
         if not opts.spider:
             raise UsageError("Say which spider: --spider NAME")
+        if opts.watch is not None and not opts.watch > 0:
+            raise UsageError("--watch must be a number of seconds > 0 (e.g. --watch 2)")
         # (no --key: it shows every backend's key for the spider)
         settings = spider_settings(self.settings, opts.spider, "")
         server = None
@@ -59,11 +71,38 @@ class Command(DedupCommand):
             # What a crawl refuses, dedup-info refuses: a misspelt DEDUP_BACKEND too.
             get_backend_class(read(settings, "DEDUP_BACKEND"))
             server = get_redis(settings)
+            if opts.watch is not None:
+                watch(settings, opts.spider, server, opts.watch, opts.json)
+                return
             found = inspect(settings, opts.spider, server)
             if opts.json:
                 print(json.dumps(found, default=as_json), flush=True)
             else:
                 print(render(opts.spider, found), flush=True)
+
+
+#: What a terminal takes to go to its top left corner and clear the screen.
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def watch(settings: Settings, spider: str, server: Any, every: float, as_lines: bool) -> None:
+    """The frontier's view every ``every`` seconds until Ctrl-C: redrawn where stdout is
+    a terminal, else (and with ``as_lines``: JSON) one round after another. A round costs
+    a call per queue shard, whatever the queue holds."""
+    redraw = sys.stdout.isatty() and not as_lines
+    try:
+        while True:
+            view = frontier_view(settings, spider, server)
+            if as_lines:
+                text = json.dumps({"time": time.time(), **view})
+            else:
+                now = time.strftime("%Y-%m-%d %H:%M:%S")
+                head = f"{now}, spider {spider!r}, every {every:g} s (Ctrl-C to stop)"
+                text = "\n".join([head, *_frontier_lines(view)])
+            print((CLEAR if redraw else "") + text, flush=True)
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return
 
 
 def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
