@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from scrapy_dedup_suite.backends.keys import slot_of
+from scrapy_dedup_suite.frontier.acks import PendingAcks
 from scrapy_dedup_suite.frontier.queue import FrontierQueue
 from scrapy_dedup_suite.frontier.record import record_and_enqueue
 
@@ -65,12 +66,11 @@ def test_a_record_call_acknowledges_the_leases_of_its_shard_and_leaves_the_other
     backend.open()
     queue = queue_for(server, backend)
     record_and_enqueue(backend, queue, fps(60), [None] * 60, [(0, b"r%d" % i) for i in range(60)])
-    acks = {}
+    acks = PendingAcks()
     for shard in queue.shards:
         leased = queue.call(shard, 60_000, take=10_000).requests
-        if leased:
-            acks[shard] = [lease_id for lease_id, _, _ in leased]
-    given = {shard: list(ids) for shard, ids in acks.items()}
+        acks.add(shard, [lease_id for lease_id, _, _ in leased])
+    given = dict(acks.items())
     seen, failed = record_and_enqueue(
         backend, queue, fps(3, "x"), [None] * 3, [(0, b"x")] * 3, acks
     )
@@ -82,7 +82,7 @@ def test_a_record_call_acknowledges_the_leases_of_its_shard_and_leaves_the_other
         assert held == (0 if shard in done else len(given[shard]))
         assert server.zcard(shard.expiries) == held
     if topology == "single":
-        assert acks == {}
+        assert not acks
 
 
 @pytest.mark.single_server
@@ -94,10 +94,10 @@ def test_a_refused_record_call_leaves_its_acknowledgements_to_the_next(server, m
     queue.push(shard, [(0, b"a"), (0, b"b")])
     ids = [lease_id for lease_id, _, _ in queue.call(shard, 60_000, take=2).requests]
     server.set(shard.counters, "not a hash")
-    acks = {shard: list(ids)}
+    acks = PendingAcks({shard: list(ids)})
     seen, failed = record_and_enqueue(backend, queue, fps(1), [None], [(7, b"c")], acks)
     assert seen == [None] and "WRONGTYPE" in str(failed[0].error)
-    assert acks == {shard: ids} and server.hlen(shard.leases) == 2
+    assert acks.items() == [(shard, ids)] and server.hlen(shard.leases) == 2
 
 
 @pytest.mark.single_server

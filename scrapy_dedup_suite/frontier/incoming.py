@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.calls import FailedCall
+from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue, stored_priority
-from .record import Acks, record_and_enqueue
+from .record import record_and_enqueue
 from .refusals import wrong_type
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
 
     from ..dedup.dupefilter import RFPDupeFilter
-    from .leases import PendingAcks
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Prepared:
     errors: list[Exception] = field(default_factory=list)
     #: The acknowledgements its calls carry (those not carried are left here), and
     #: how many there were.
-    acks: Acks = field(default_factory=dict)
+    acks: PendingAcks = field(default_factory=PendingAcks)
     acks_given: int = 0
 
 
@@ -155,7 +155,7 @@ class Incoming:
         batch = Prepared(requests, [None] * len(requests))
         if acks and not self.unpushed and self.acks:
             batch.acks = self.acks.take_all()
-            batch.acks_given = sum(len(ids) for ids in batch.acks.values())
+            batch.acks_given = len(batch.acks)
         for i, (request, entry) in enumerate(requests):
             if request.dont_filter:
                 shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
@@ -204,10 +204,7 @@ class Incoming:
         for error in batch.errors:
             self._failed(error)
         if batch.acks_given:
-            left = 0
-            for shard, ids in batch.acks.items():
-                self.acks.add(shard, ids)
-                left += len(ids)
+            left = self.acks.give_back(batch.acks)
             self._count("frontier/acknowledged", batch.acks_given - left)
         filtered = added = 0
         for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):

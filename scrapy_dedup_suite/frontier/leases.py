@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue, Shard
-from .record import keep_acks
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -34,43 +34,6 @@ logger = logging.getLogger(__name__)
 
 #: What the keeper renews: per shard, the lease ids the worker holds now.
 Held = Callable[[], dict[Shard, list[str]]]
-
-
-class PendingAcks:
-    """Done leases waiting to be acknowledged, per shard: the one owner of that state.
-    The scheduler adds a lease when the engine is done with its request, and a call to
-    a shard takes that shard's (:meth:`take`; the frontier's record calls take them all,
-    :meth:`take_all`); what a call could not carry comes back (:meth:`add`).
-    Acknowledging one twice is harmless: lease ids are never used again."""
-
-    def __init__(self) -> None:
-        self._by_shard: dict[Shard, list[str]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._by_shard)
-
-    def __iter__(self) -> Iterator[Shard]:
-        return iter(list(self._by_shard))
-
-    def add(self, shard: Shard, ids: Iterable[str]) -> None:
-        """``ids`` wait for the next call to ``shard``."""
-        keep_acks(self._by_shard, shard, ids)
-
-    def take(self, shard: Shard) -> list[str]:
-        """What a call to ``shard`` carries, no longer waiting here."""
-        return self._by_shard.pop(shard, [])
-
-    def take_all(self) -> dict[Shard, list[str]]:
-        taken, self._by_shard = self._by_shard, {}
-        return taken
-
-    def drop(self) -> None:
-        """Forget them all (their leases stay held until they end)."""
-        self._by_shard.clear()
-
-    def items(self) -> list[tuple[Shard, list[str]]]:
-        """A copy, read from the keeper's thread too."""
-        return [(shard, list(ids)) for shard, ids in list(self._by_shard.items())]
 
 
 class Holdings:

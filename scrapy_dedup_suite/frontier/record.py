@@ -13,7 +13,7 @@ anyway carries them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backends import calls
@@ -21,21 +21,11 @@ from ..backends.base import DedupBackend
 from ..backends.calls import Call, FailedCall, one_call
 from ..exceptions import DedupConfigError
 from ..server.scripts import SET_ADD, LuaScript
+from .acks import PendingAcks
 from .queue import FrontierQueue, Shard
 
 #: A request to enqueue: its priority and its entry (:mod:`.codec`).
 Queued = tuple[int, bytes]
-#: Lease ids to acknowledge, per shard.
-Acks = dict[Shard, list[str]]
-
-
-def keep_acks(acks: Acks, shard: Shard, ids: Iterable[str]) -> None:
-    """Leave ``ids`` in ``acks`` for the next call to ``shard`` (a call that did not
-    carry them, or failed: acknowledging one twice is harmless, lease ids are never
-    used again)."""
-    ids = list(ids)
-    if ids:
-        acks.setdefault(shard, []).extend(ids)
 
 
 class EnqueueScript(LuaScript):
@@ -80,7 +70,7 @@ def record_and_enqueue(
     fingerprints: Sequence[str],
     expires: Sequence[float | None],
     requests: Sequence[Queued],
-    acks: Acks | None = None,
+    acks: PendingAcks | None = None,
 ) -> tuple[list[bool | None], list[FailedCall]]:
     """For each fingerprint: True if it was seen; False if it was new, recorded, and
     its request enqueued in the same call; None if its call failed (the failed calls
@@ -90,7 +80,7 @@ def record_and_enqueue(
     ``acks``: lease ids each call to their shard acknowledges once it has recorded and
     enqueued; those no call carried, or whose call failed, are left in it (another
     acknowledgement of one that was is harmless: lease ids are never used again)."""
-    acks = {} if acks is None else acks
+    acks = PendingAcks() if acks is None else acks
     layout = backend.layout
     if layout is None:
         if backend.name != "set":
@@ -100,12 +90,12 @@ def record_and_enqueue(
                 "scheduler"
             )
         shard = queue.shard_for(backend.key)
-        ids = acks.pop(shard, [])
+        ids = acks.take(shard)
         seen, failed = one_call(
             lambda: _set_call(backend, shard, fingerprints, requests, ids), fingerprints
         )
         if failed:
-            keep_acks(acks, shard, ids)
+            acks.add(shard, ids)
         return seen, failed
 
     def extend(script: LuaScript, planned: list[Call]) -> tuple[LuaScript, list[Call], list[Any]]:
@@ -116,7 +106,7 @@ def record_and_enqueue(
         for keys, args, indices in planned:
             tail: list[Any] = [x for i in indices for x in requests[i]]
             shard = queue.shard_for(keys[0])
-            given = acks.pop(shard, [])
+            given = acks.take(shard)
             riders.append((shard, given))
             tail += [*given, len(given), len(args)]
             out.append(([*keys, *shard.record_keys], [*args, *tail], indices))
@@ -125,7 +115,7 @@ def record_and_enqueue(
     answers, failed = calls.add_answers(backend, fingerprints, expires, extend)
     for call in failed:
         if call.rider is not None:  # its acknowledgements, for the next call
-            keep_acks(acks, *call.rider)
+            acks.add(*call.rider)
     for answer in answers:
         if answer is not None and answer < 0:
             layout.grown(answer)

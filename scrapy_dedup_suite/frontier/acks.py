@@ -1,0 +1,63 @@
+"""Done leases waiting to be acknowledged (:class:`PendingAcks`): the one owner of
+that state, for the scheduler and for each record call that carries some."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from .queue import Shard
+
+
+class PendingAcks:
+    """Done leases waiting to be acknowledged, per shard. The scheduler adds a lease
+    when the engine is done with its request, and a call to a shard takes that shard's
+    (:meth:`take`; a batch of record calls takes them all, :meth:`take_all`, and gives
+    back what no call carried); what a call could not carry comes back (:meth:`add`).
+    Acknowledging one twice is harmless: lease ids are never used again."""
+
+    def __init__(self, by_shard: dict[Shard, list[str]] | None = None) -> None:
+        self._by_shard: dict[Shard, list[str]] = {
+            shard: list(ids) for shard, ids in (by_shard or {}).items() if ids
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self._by_shard)
+
+    def __iter__(self) -> Iterator[Shard]:
+        return iter(list(self._by_shard))
+
+    def __len__(self) -> int:
+        """How many lease ids wait, over every shard."""
+        return sum(len(ids) for ids in self._by_shard.values())
+
+    def add(self, shard: Shard, ids: Iterable[str]) -> None:
+        """``ids`` wait for the next call to ``shard`` (a call that did not carry
+        them, or failed)."""
+        ids = list(ids)
+        if ids:
+            self._by_shard.setdefault(shard, []).extend(ids)
+
+    def take(self, shard: Shard) -> list[str]:
+        """What a call to ``shard`` carries, no longer waiting here."""
+        return self._by_shard.pop(shard, [])
+
+    def take_all(self) -> PendingAcks:
+        """Every one, moved to a new owner (a batch of calls), none left here."""
+        taken, self._by_shard = self._by_shard, {}
+        return PendingAcks(taken)
+
+    def give_back(self, other: PendingAcks) -> int:
+        """What ``other`` still holds waits here again; how many."""
+        left = 0
+        for shard, ids in other.items():
+            self.add(shard, ids)
+            left += len(ids)
+        return left
+
+    def drop(self) -> None:
+        """Forget them all (their leases stay held until they end)."""
+        self._by_shard.clear()
+
+    def items(self) -> list[tuple[Shard, list[str]]]:
+        """A copy, read from the keeper's thread too."""
+        return [(shard, list(ids)) for shard, ids in list(self._by_shard.items())]
