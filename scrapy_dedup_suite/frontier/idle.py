@@ -165,7 +165,7 @@ class OneShot:
 class EngineWaker:
     """Has the engine ask for requests again: :meth:`now` (a lease call in a thread
     answered: what it brought, or that it brought none, while it ran the crawl could
-    not end), or :meth:`soon` (a request call found nothing while work may come: a
+    not end), or :meth:`later` (a request call found nothing while work may come: a
     worker that starts while others hold every request, or one whose peers' pages
     yield more). Else the engine asks at its next heartbeat, 5 s later."""
 
@@ -181,13 +181,10 @@ class EngineWaker:
         if slot is not None and not self.timer.stopped:
             ask_for_requests(slot)
 
-    def soon(self, delay: float) -> None:
-        """:meth:`now` in ``delay`` seconds (once, however often asked meanwhile)."""
-        self.timer.ask(delay)
-
     def later(self) -> None:
-        """Nothing found while work may come: :meth:`now` after :attr:`patience`,
-        which doubles, up to TAKE_AT_MOST, each time nothing came."""
+        """Nothing found while work may come: :meth:`now` after :attr:`patience` (once,
+        however often asked meanwhile), which doubles, up to TAKE_AT_MOST, each time
+        nothing came."""
         if self.timer.ask(self.patience):
             self.patience = min(2 * self.patience, TAKE_AT_MOST)
 
