@@ -93,6 +93,15 @@ def run(tmp_path: Path, site: Site, hooks: list[AtPage], crawl_settings: dict) -
     return result
 
 
+def replace_with_a_list(client: redis.Redis, key: bytes) -> None:
+    """``key`` becomes a list, in one transaction: the crawl writes meanwhile (a DEL
+    then an RPUSH let its HSETNX make the bucket again in between: WRONGTYPE here)."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(key)
+        pipe.rpush(key, "not a bucket")
+        pipe.execute()
+
+
 @pytest.mark.parametrize("batched", PATHS)
 def test_a_bucket_damaged_mid_crawl_loses_no_page(tmp_path, own_server, batched):
     """A compact bucket replaced by a list while the crawl runs: one ERROR naming it,
@@ -106,8 +115,7 @@ def test_a_bucket_damaged_mid_crawl_loses_no_page(tmp_path, own_server, batched)
             k for k in client.scan_iter(match="{site:dupefilter:*") if not k.endswith(b":meta")
         ]
         key = max(keys, key=client.hlen)  # the bucket most requests have met so far
-        client.delete(key)
-        client.rpush(key, "not a bucket")
+        replace_with_a_list(client, key)
         damaged.append(key)
 
     tree = Site(pages=600, links=5, linker=tree_links).start()
@@ -213,8 +221,7 @@ def test_a_fault_mid_crawl_stops_the_crawl_under_raise(tmp_path, own_server, fau
             return
         for key in client.scan_iter(match="{site:dupefilter:*"):
             if not key.endswith(b":meta"):
-                client.delete(key)
-                client.rpush(key, "not a bucket")
+                replace_with_a_list(client, key)
 
     tree = Site(pages=600, links=5, linker=tree_links).start()
     result = run(
