@@ -47,6 +47,12 @@ class DedupCommand(ScrapyCommand):
         if args:
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
 
+    def at_least_one(self, opts: argparse.Namespace, *names: str) -> None:
+        """Options that count something (``--batch``...): whole numbers >= 1."""
+        for name in names:
+            if getattr(opts, name) < 1:
+                raise UsageError(f"--{name} must be a whole number >= 1")
+
     def fail(self, message: object, code: int = 1) -> None:
         """One line on stderr, and the exit code ``code``."""
         print(f"{self.name}: {message}", file=sys.stderr)
@@ -60,19 +66,36 @@ class DedupCommand(ScrapyCommand):
         also: tuple[type[Exception], ...] = (),
     ) -> Iterator[None]:
         """The command's work, run in the block: Redis unreachable, or a command its
-        user may not run, is :func:`say_unreachable`'s line (``client()``: the client
-        it used, if one was built yet); the package's refusals (and ``also``) are their
+        user may not run, is :meth:`say_unreachable`'s line (``client()``: the client it
+        used, if one was built yet); the package's refusals (and ``also``) are their
         line, exit code 1 or a migration's own. The block stops there; the command
         returns after it (``self.exitcode`` says how it ended)."""
         refused: tuple[type[Exception], ...] = (DedupError, *also)
         try:
             yield
         except CONNECT_FAILURES as exc:
-            say_unreachable(self, self.name, client(), exc, settings, self.doing)
+            self.say_unreachable(client(), exc, settings)
         except MigrationError as exc:
             self.fail(exc, exc.exit_code)
         except refused as exc:
             self.fail(exc)
+
+    def say_unreachable(self, client: Any, exc: BaseException, settings: Settings) -> None:
+        """Redis could not be reached: one line, exit code 6 (a command the Redis user
+        may not run: its line, exit 1). ``client``: None when building the backend
+        failed (the hash backend reads which layout is stored): the settings' client is
+        named (built, not connected). A failure that is not about connecting (a
+        command's own error reply) is raised again."""
+        refused = permission_error(exc, client)
+        if refused is not None:
+            self.fail(refused)
+            return
+        if not is_connect_failure(exc):
+            raise exc
+        if client is None:
+            client = get_redis(settings)
+        error = unreachable(client, exc, redis_source(settings), self.doing)
+        self.fail(error, error.exit_code)
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -123,27 +146,6 @@ def target_backend(settings: Settings, opts: argparse.Namespace) -> tuple[Settin
 def settings_value(settings: Settings, name: str, option: Any) -> Any:
     """A command-line option when given, else the setting (else its default)."""
     return option if option is not None else read(settings, name)
-
-
-def say_unreachable(
-    command: Any, name: str, client: Any, exc: BaseException, settings: Settings, doing: str
-) -> None:
-    """A command could not reach Redis: one line on stderr, exit code 6. ``client``:
-    None when building the backend failed (the hash backend reads which layout is
-    stored): the settings' client is named (built, not connected). A failure that is
-    not about connecting (a command's own error reply) is raised again."""
-    refused = permission_error(exc, client)
-    if refused is not None:  # a command the Redis user may not run: one line, exit 1
-        print(f"{name}: {refused}", file=sys.stderr)
-        command.exitcode = 1
-        return
-    if not is_connect_failure(exc):
-        raise exc
-    if client is None:
-        client = get_redis(settings)
-    error = unreachable(client, exc, redis_source(settings), doing)
-    print(f"{name}: {error}", file=sys.stderr)
-    command.exitcode = error.exit_code
 
 
 def spider_loader(settings: Settings) -> Any:

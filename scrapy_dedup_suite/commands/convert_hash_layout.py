@@ -16,11 +16,9 @@ from ..server.connection import get_redis
 from ..settings.options import HashOptions
 from . import DedupCommand, add_target_options, spider_settings
 
-NAME = "convert-hash-layout"
-
 
 class Command(DedupCommand):
-    name = NAME
+    name = "convert-hash-layout"
     doing = "for the conversion"
     default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "INFO"}
 
@@ -81,9 +79,7 @@ class Command(DedupCommand):
         self.no_arguments(args)
         if not opts.spider and not opts.key:
             raise UsageError("Say which filter: --spider NAME, or --key KEY")
-        for name in ("batch", "sample"):
-            if getattr(opts, name) < 1:
-                raise UsageError(f"--{name} must be a whole number >= 1")
+        self.at_least_one(opts, "batch", "sample")
         settings = spider_settings(self.settings, opts.spider)
         server = None
         with self.refusals(settings, lambda: server):
@@ -98,7 +94,7 @@ class Command(DedupCommand):
                 verify=opts.verify,
                 sample=opts.sample,
                 force=opts.force,
-                progress=Progress(name=NAME),
+                progress=Progress(name=self.name),
             )
             if opts.dry_run:
                 plan = conversion.plan()

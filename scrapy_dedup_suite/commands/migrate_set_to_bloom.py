@@ -131,9 +131,7 @@ class Command(DedupCommand):
         self.no_arguments(args)
         if not opts.spider and not (opts.source and opts.target):
             raise UsageError("Say what to migrate: --spider NAME, or --source KEY and --target KEY")
-        for name in ("batch", "round", "sample"):
-            if getattr(opts, name) < 1:
-                raise UsageError(f"--{name} must be a whole number >= 1")
+        self.at_least_one(opts, "batch", "round", "sample")
         bar = Progress()
         migration = None
         try:
