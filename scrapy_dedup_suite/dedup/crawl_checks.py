@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 #: The dupefilters this package's stands in for (the same fingerprints, and with the
 #: default backend the same set): Scrapy's default and scrapy-redis's.
 REPLACED_DUPEFILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
-DUPEFILTER = "scrapy_dedup_suite.dupefilter.RFPDupeFilter"
+DUPEFILTER = RFPDupeFilter.public_path
 
 
 def check_crawl_settings(settings: BaseSettings, spider: Any = None) -> None:

@@ -114,12 +114,13 @@ def scheduler_dupefilter(
     if isinstance(df, RFPDupeFilter):
         return True, df
     logger.warning(
-        "%s is enabled but the scheduler's dupefilter is %s, not "
-        "scrapy_dedup_suite.dupefilter.RFPDupeFilter: %s. Set DUPEFILTER_CLASS = "
-        '"scrapy_dedup_suite.dupefilter.RFPDupeFilter".',
+        "%s is enabled but the scheduler's dupefilter is %s, not %s: %s. Set "
+        'DUPEFILTER_CLASS = "%s".',
         component,
         type(df).__name__ if df is not None else "missing",
+        RFPDupeFilter.public_path,
         without,
+        RFPDupeFilter.public_path,
     )
     return True, None
 
