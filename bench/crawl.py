@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -182,29 +183,36 @@ def scheduler_rows(backends: list[str], pages: int) -> list[tuple[str, dict]]:
 
 
 class Monitor:
-    """Counts the commands clients send to a server while it is open (MONITOR; the
-    commands scripts run, and this counter's own, left out)."""
+    """Counts the commands clients send to a server while it is open, by name
+    (MONITOR; the commands scripts run, and this counter's own, left out)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.count = 0
+        self.names: Counter[str] = Counter()
         self._stop = threading.Event()
         self._ready = threading.Event()
+
+    @property
+    def count(self) -> int:
+        """Every command counted."""
+        return sum(self.names.values())
 
     def _watch(self) -> None:
         client = redis.Redis(port=self.port)
         with client.monitor() as monitor:
             self._ready.set()
             for command in monitor.listen():
-                if self._stop.is_set() and "bench-monitor-end" in command["command"]:
+                text = command["command"]
+                if self._stop.is_set() and "bench-monitor-end" in text:
                     break
                 if command.get("client_type") != "lua":
-                    self.count += 1
+                    self.names[text.split(" ", 1)[0].upper()] += 1
 
     def __enter__(self) -> Monitor:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(10):
+            raise RuntimeError("MONITOR did not start")
         return self
 
     def __exit__(self, *exc: object) -> None:

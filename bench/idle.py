@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,42 +28,10 @@ import redis
 
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 
-from .crawl import FRONTIER, SR_SCHEDULER
+from .crawl import FRONTIER, SR_SCHEDULER, Monitor
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = {"sr scheduler": SR_SCHEDULER, "frontier": FRONTIER}
-
-
-class Commands:
-    """Counts, by name, the commands clients send while open (MONITOR)."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.names: Counter[str] = Counter()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-
-    def _watch(self) -> None:
-        with redis.Redis(port=self.port).monitor() as monitor:
-            self._ready.set()
-            for command in monitor.listen():
-                text = command["command"]
-                if self._stop.is_set() and "bench-idle-end" in text:
-                    break
-                if command.get("client_type") != "lua":
-                    self.names[text.split(" ", 1)[0].upper()] += 1
-
-    def __enter__(self) -> Commands:
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("MONITOR did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        redis.Redis(port=self.port).echo("bench-idle-end")
-        self._thread.join(30)
 
 
 def idle_calls(port: int, settings: dict, seconds: float, warmup: float) -> Counter[str]:
@@ -86,7 +53,7 @@ def idle_calls(port: int, settings: dict, seconds: float, warmup: float) -> Coun
                 raise RuntimeError(f"the worker did not start: {proc.stderr.read()[-2000:]}")
             time.sleep(0.2)
         time.sleep(warmup)
-        with Commands(port) as counted:
+        with Monitor(port) as counted:
             time.sleep(seconds)
         if proc.poll() is not None:
             raise RuntimeError(f"the worker stopped: {proc.stderr.read()[-2000:]}")
