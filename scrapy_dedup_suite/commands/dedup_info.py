@@ -90,9 +90,10 @@ def watch(settings: Settings, spider: str, server: Any, every: float, as_lines: 
     a terminal, else (and with ``as_lines``: JSON) one round after another. A round costs
     a call per queue shard, whatever the queue holds."""
     redraw = sys.stdout.isatty() and not as_lines
+    queue = frontier_queue(settings, spider, server)
     try:
         while True:
-            view = frontier_view(settings, spider, server)
+            view = frontier_view(settings, spider, server, queue)
             if as_lines:
                 text = json.dumps({"time": time.time(), **view})
             else:
@@ -147,14 +148,26 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
 FRONTIER = "frontier"
 
 
-def frontier_view(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
-    """The frontier scheduler's queue beside the configured backend: requests waiting,
-    leases per worker, the oldest lease, reclaimed so far, bytes per request held
-    (waiting, leased, set aside or to try again: the keys hold them all);
-    and scrapy-redis's own queue if one is there to take over."""
+def queue_key_of(settings: Settings, spider: str) -> str:
+    return spider_key(read(settings, "SCHEDULER_QUEUE_KEY"), spider, "SCHEDULER_QUEUE_KEY")
+
+
+def frontier_queue(settings: Settings, spider: str, server: Any) -> FrontierQueue:
+    """The frontier scheduler's queue of ``spider``, beside the configured backend
+    (built once: the hash backend reads which layout is stored)."""
     backend = build_backend(settings, spider, server=server)
-    queue_key = spider_key(read(settings, "SCHEDULER_QUEUE_KEY"), spider, "SCHEDULER_QUEUE_KEY")
-    queue = FrontierQueue.for_backend(backend, queue_key)
+    return FrontierQueue.for_backend(backend, queue_key_of(settings, spider))
+
+
+def frontier_view(
+    settings: Settings, spider: str, server: Any, queue: FrontierQueue | None = None
+) -> dict[str, Any]:
+    """The frontier scheduler's queue (``queue``, else :func:`frontier_queue`'s):
+    requests waiting, leases per worker, the oldest lease, reclaimed so far, bytes per
+    request held (waiting, leased, set aside or to try again: the keys hold them all);
+    and scrapy-redis's own queue if one is there to take over."""
+    queue = queue or frontier_queue(settings, spider, server)
+    queue_key = queue_key_of(settings, spider)
     shards = [queue.counts(shard) for shard in queue.shards]
     waiting = sum(s.waiting for s in shards)
     held_by: dict[str, int] = {}
