@@ -12,6 +12,7 @@ import redis
 
 from scrapy_dedup_suite.backends.keys import slot_of
 from scrapy_dedup_suite.frontier.acks import PendingAcks
+from scrapy_dedup_suite.frontier.figures import shard_counts
 from scrapy_dedup_suite.frontier.queue import FrontierQueue
 from scrapy_dedup_suite.frontier.record import record_and_enqueue
 
@@ -126,9 +127,9 @@ def test_an_unacknowledged_lease_that_ended_goes_back_to_the_front_and_an_acked_
     dead.call(shard, 0, acks=[done])  # b acknowledged; a's lease has ended, unacked
     answer = queue.call(shard, 60_000, take=10)
     assert [e for _, _, e in answer.requests] == [b"a", b"c"]  # a back, in front
-    assert queue.counts(shard).reclaimed == 1
+    assert shard_counts(queue, shard).reclaimed == 1
     assert answer.reclaimed == 0  # (dead's own ack call reclaimed it)
-    assert queue.counts(shard).held == 2
+    assert shard_counts(queue, shard).held == 2
 
 
 @pytest.mark.single_server
@@ -143,7 +144,7 @@ def test_renewed_leases_are_not_reclaimed_and_released_ones_come_back_first(serv
     assert [e for _, _, e in other.call(shard, 60_000, take=10).requests] == [b"c"]
     queue.call(shard, 60_000, release=ids)
     assert [e for _, _, e in other.call(shard, 60_000, take=10).requests] == [b"a", b"b"]
-    counts = queue.counts(shard)
+    counts = shard_counts(queue, shard)
     assert counts.reclaimed == 0 and counts.held == 3 and counts.waiting == 0
     assert set(counts.held_by) == {other.worker.rstrip(":")}
 
@@ -322,7 +323,8 @@ def test_dedup_info_shows_the_queue_its_leases_and_scrapy_redis_s_queue(
     assert f"{view['leased']:,} leased (by worker {dead.worker.rstrip(':')}" in text
     assert "ended" in text and "reclaimed by the next worker's call" in text
     assert "scrapy-redis's queue 'spider:requests' holds 1 request(s)" in text
-    assert view["status"] == "stalled" and "stalled: a worker holding leases" in text
+    assert view["status"] == "stalled" and "stalled: leases held by worker(s) not seen" in text
+    assert f"{dead.worker.rstrip(':')} (not seen for an hour)" in text  # (not a crawl's)
 
 
 def test_dedup_info_says_whether_the_crawl_is_finished_running_or_stalled(
@@ -361,6 +363,53 @@ def test_dedup_info_says_whether_the_crawl_is_finished_running_or_stalled(
     for shard in dead.shards:
         dead.call(shard, 0, take=10)  # leases that end at once: a dead worker's
     assert status() == "stalled"
+
+
+def test_dedup_info_counts_the_workers_seen_and_leaves_late_retries_to_the_next_run(
+    server, redis_settings, topology
+):
+    """Workers seen (issue 56): a crawl's worker is recorded by each of its calls with
+    the server's time, a command's look is not, one not seen for an hour is dropped; the
+    status names how many were seen lately. A page to try again due after the wait a
+    worker gives it (FRONTIER_WAIT_FOR_RETRIES) leaves the crawl finished; one due
+    within it, retrying."""
+    from scrapy.settings import Settings
+
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.commands.dedup_info import frontier_view
+
+    settings = Settings({**redis_settings, "DEDUP_BACKEND": "compact"})
+    backend = build_backend(settings, "spider", server=server)
+    backend.open()
+    queue = FrontierQueue.for_backend(backend, "spider:requests")
+    entries = [(0, b"\x01 parse  u%d" % i) for i in range(4)]
+    record_and_enqueue(backend, queue, fps(4), [None] * 4, entries)
+    look = FrontierQueue.for_backend(backend, "spider:requests")  # (a command's)
+    for shard in look.shards:
+        look.call(shard, 600_000)
+    view = frontier_view(settings, "spider", server)
+    assert view["workers_seen"] == {} and view["status"] == "waiting"
+    assert "none was seen in the last 60 s: is a worker running?" in view["status_detail"]
+    worker = FrontierQueue.for_backend(backend, "spider:requests")
+    worker.crawling = True
+    name = worker.worker.rstrip(":")
+    assert name.count("/") == 2 and ":" not in name  # (host/pid/token)
+    gone = queue.shards[0].workers  # a worker last seen two hours ago, on one shard
+    server.zadd(gone, {"old/1/abcd": int(server.time()[0]) * 1000 - 7_200_000})
+    taken = {shard: worker.call(shard, 600_000, take=10).requests for shard in worker.shards}
+    view = frontier_view(settings, "spider", server)
+    assert set(view["workers_seen"]) == {name} and 0 <= view["workers_seen"][name] < 60
+    assert view["status"] == "running"
+    assert view["status_detail"].startswith("1 worker(s) seen in the last 60 s")
+    for shard, requests in taken.items():  # every page failed: tried again in an hour
+        later = [x for lease_id, p, e in requests for x in (lease_id, 3_600_000, p, e)]
+        worker.call(shard, 600_000, later=later)
+    view = frontier_view(settings, "spider", server)
+    assert view["retry_later"] == 4 and view["status"] == "finished"
+    assert "4 page(s) wait to be tried again" in view["status_detail"]
+    assert "left for the next run" in view["status_detail"]
+    waits = Settings({**settings, "FRONTIER_WAIT_FOR_RETRIES": 7200})
+    assert frontier_view(waits, "spider", server)["status"] == "retrying"
 
 
 @pytest.mark.single_server
@@ -657,7 +706,7 @@ def test_the_next_requests_are_leased_in_a_thread_and_a_close_waits_to_give_them
         assert server.hlen(shard.leases) == 0
         assert scheduler.stats.get_value("frontier/acknowledged") == 12
         assert scheduler.stats.get_value("frontier/released") == 4 + 8
-        assert scheduler.queue.counts(shard).waiting == 30 - 12
+        assert shard_counts(scheduler.queue, shard).waiting == 30 - 12
     finally:
         server.flushall()
 
@@ -1088,4 +1137,4 @@ def test_a_counter_that_is_not_a_number_is_set_aside_not_failed_on(server):
     answer = queue.call(shard, 60_000, take=1)
     assert answer.reclaimed == 1 and [e for _, _, e in answer.requests] == [b"\x01a"]
     assert server.lrange(shard.bad, 0, -1) == [b"counter reclaimed lots"]
-    assert queue.counts(shard).reclaimed == 1
+    assert shard_counts(queue, shard).reclaimed == 1

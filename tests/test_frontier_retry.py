@@ -10,6 +10,7 @@ queue. Time is injected by rewriting a page's due time, never waited for.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -227,6 +228,22 @@ def test_a_crawl_downloads_the_pages_below_one_that_failed_for_good_once(
     assert server.keys("*") == []  # SCHEDULER_PERSIST off: all gone at the close
 
 
+def idle_looks(scheduler: Any) -> tuple[Any, bytes, Callable[[float], bool]]:
+    """The scheduler's clock injected: its shard, a page to try again as kept for later
+    (its member), and a look at whether work is pending ``after`` seconds more."""
+    now = [1000.0]
+    scheduler.clock = lambda: now[0]
+    page = Request("http://example.com/again", callback=RetrySpider().parse)
+    member = b"0 " + scheduler.codec.encode(page, priority_apart=True)
+
+    def looked_at(after: float) -> bool:
+        now[0] += after
+        scheduler.looks.forget()  # (the clock moved on: the shard is looked at again)
+        return bool(scheduler.has_pending_requests())
+
+    return scheduler.queue.shards[0], member, looked_at
+
+
 @pytest.mark.single_server
 def test_the_idle_close_waits_for_a_retry_due_within_scheduler_idle_before_close(
     server, redis_url, caplog
@@ -236,17 +253,7 @@ def test_the_idle_close_waits_for_a_retry_due_within_scheduler_idle_before_close
     and nothing is leased (before, issue 51, the worker went idle and closed with it
     waiting); one due after that time is not, and the close says it leaves it."""
     scheduler = scheduler_for(redis_url, SCHEDULER_IDLE_BEFORE_CLOSE=60, FRONTIER_RETRY_TIMES=1)
-    now = [1000.0]
-    scheduler.clock = lambda: now[0]
-    shard = scheduler.queue.shards[0]
-    page = Request("http://example.com/again", callback=RetrySpider().parse)
-    member = b"0 " + scheduler.codec.encode(page, priority_apart=True)
-
-    def looked_at(after: float) -> bool:
-        now[0] += after
-        scheduler.looks.forget()  # (the clock moved on: the shard is looked at again)
-        return scheduler.has_pending_requests()
-
+    shard, member, looked_at = idle_looks(scheduler)
     server.zadd(shard.later, {member: server_ms(server) + 30_000})
     assert looked_at(0)
     assert looked_at(61)  # due in 30 s: the worker waits for it
@@ -256,6 +263,20 @@ def test_the_idle_close_waits_for_a_retry_due_within_scheduler_idle_before_close
     with caplog.at_level(logging.INFO):
         scheduler.close("finished")
     assert "1 page(s) whose download failed wait to be tried again" in caplog.text
+
+
+@pytest.mark.single_server
+def test_frontier_wait_for_retries_keeps_a_worker_for_a_retry_due_within_it(server, redis_url):
+    """FRONTIER_WAIT_FOR_RETRIES 900 s with no idle wait (issue 56: the operator's bound
+    on what "finished" waits for): a page due in 10 minutes is work pending; one due in
+    20 minutes is left, and the worker goes idle at once."""
+    scheduler = scheduler_for(redis_url, FRONTIER_WAIT_FOR_RETRIES=900, FRONTIER_RETRY_TIMES=1)
+    shard, member, looked_at = idle_looks(scheduler)
+    server.zadd(shard.later, {member: server_ms(server) + 600_000})
+    assert looked_at(0) and looked_at(1)
+    server.zadd(shard.later, {member: server_ms(server) + 1_200_000})
+    assert not looked_at(0)
+    scheduler.close("finished")
 
 
 @pytest.mark.single_server

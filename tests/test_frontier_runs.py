@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from scrapy_dedup_suite.frontier.figures import shard_counts
 from scrapy_dedup_suite.frontier.queue import PRIORITY_BOUND, FrontierQueue, parse_run
 
 
@@ -67,10 +68,10 @@ def test_runs_come_out_as_lists_per_priority_would(server, priorities, seed, siz
             queue.call(shard, 60_000, release=[lease_id for lease_id, _, _ in back])
             for _, priority, entry in reversed(back):
                 model.push(priority, entry, front=True)
-        assert queue.counts(shard).waiting == len(model.items)
+        assert shard_counts(queue, shard).waiting == len(model.items)
     rest = queue.call(shard, 60_000, take=100_000).requests
     assert [(p, e) for _, p, e in rest] == model.take(100_000)
-    assert not server.exists(shard.queue) and queue.counts(shard).waiting == 0
+    assert not server.exists(shard.queue) and shard_counts(queue, shard).waiting == 0
 
 
 @pytest.mark.single_server
@@ -85,7 +86,7 @@ def test_runs_fill_to_the_allocator_s_4_kb_and_a_longer_request_is_a_run_alone(s
     members = server.zrange(shard.queue, 0, -1)
     runs = [parse_run(member) for member in members]
     assert all(run for run in runs)
-    assert sum(len(run or []) for run in runs) == 321 == queue.counts(shard).waiting
+    assert sum(len(run or []) for run in runs) == 321 == shard_counts(queue, shard).waiting
     assert [len(m) > 4090 for m in members].count(True) == 1  # (the long one, alone)
     assert sum(len(m) for m in members) / len(members) > 4090 / 2  # (half full at least)
 

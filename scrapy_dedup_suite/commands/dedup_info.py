@@ -16,6 +16,8 @@ from ..backends.keys import as_str, failed_key, meta_key, read_hash, spider_key
 from ..backends.reports import as_json
 from ..core.config import human_bytes
 from ..exceptions import DedupError
+from ..frontier.figures import crawl_figures, crawl_status
+from ..frontier.frontier_options import retry_wait
 from ..frontier.queue import FrontierQueue
 from ..server.connection import get_redis
 from ..settings.table import read
@@ -162,72 +164,23 @@ def frontier_queue(settings: Settings, spider: str, server: Any) -> FrontierQueu
 def frontier_view(
     settings: Settings, spider: str, server: Any, queue: FrontierQueue | None = None
 ) -> dict[str, Any]:
-    """The frontier scheduler's queue (``queue``, else :func:`frontier_queue`'s):
-    requests waiting, leases per worker, the oldest lease, reclaimed so far, bytes per
-    request held (waiting, leased, set aside or to try again: the keys hold them all);
-    and scrapy-redis's own queue if one is there to take over."""
+    """The frontier scheduler's queue (``queue``, else :func:`frontier_queue`'s): its
+    figures and status (:func:`~..frontier.figures.crawl_figures`), and scrapy-redis's
+    own queue if one is there to take over."""
     queue = queue or frontier_queue(settings, spider, server)
     queue_key = queue_key_of(settings, spider)
-    shards = [queue.counts(shard) for shard in queue.shards]
-    waiting = sum(s.waiting for s in shards)
-    held_by: dict[str, int] = {}
-    for s in shards:
-        for worker, n in s.held_by.items():
-            held_by[worker] = held_by.get(worker, 0) + n
-    ends = [s.oldest_lease_ends_in for s in shards if s.oldest_lease_ends_in is not None]
-    memory = sum(s.memory_bytes for s in shards)
-    held = waiting + sum(s.held + s.aside + s.later for s in shards)
-    dues = [s.next_due_in for s in shards if s.next_due_in is not None]
+    lease = read(settings, "FRONTIER_LEASE")
+    view = crawl_figures(queue, lease)
     kind = as_str(server.type(queue_key))
-    view = {
-        "shards": len(shards),
-        "queue": shards[0].queue,
-        "waiting": waiting,
-        "leased": sum(s.held for s in shards),
-        "leased_by": held_by,
-        "oldest_lease_ends_in": min(ends) if ends else None,
-        "reclaimed": sum(s.reclaimed for s in shards),
-        "set_aside": sum(s.aside for s in shards),
-        "bad": sum(s.bad for s in shards),
-        "retry_later": sum(s.later for s in shards),
-        "next_retry_in": min(dues) if dues else None,
-        "memory_bytes": memory,
-        "bytes_per_request": round(memory / held, 1) if held else None,
-        "scrapy_redis_queue": {
-            "key": queue_key,
-            "type": kind,
-            "requests": int(server.zcard(queue_key) if kind == "zset" else server.llen(queue_key))
-            if kind in ("zset", "list")
-            else 0,
-        },
+    view["scrapy_redis_queue"] = {
+        "key": queue_key,
+        "type": kind,
+        "requests": int(server.zcard(queue_key) if kind == "zset" else server.llen(queue_key))
+        if kind in ("zset", "list")
+        else 0,
     }
-    view["status"], view["status_detail"] = crawl_status(view, read(settings, "FRONTIER_LEASE"))
+    view["status"], view["status_detail"] = crawl_status(view, lease, retry_wait(settings))
     return view
-
-
-def crawl_status(view: dict[str, Any], lease: float) -> tuple[str, str]:
-    """Where a crawl of the frontier stands, from its queue's figures (``view``) and
-    FRONTIER_LEASE: ``finished`` (nothing waits, no lease is held, no page waits to be
-    tried again), ``stalled`` (a lease ended: its worker stopped renewing it), ``running``
-    (workers hold leases they renew), ``retrying`` (only pages that wait to be tried
-    again), or ``waiting`` (requests wait and no worker holds a lease)."""
-    waiting, leased, later = view["waiting"], view["leased"], view["retry_later"]
-    if not waiting and not leased and not later:
-        return "finished", "nothing waits, no lease is held, no page waits to be tried again"
-    ends = view["oldest_lease_ends_in"]
-    if ends is not None and ends < 0:
-        return "stalled", (
-            f"a worker holding leases was last seen {lease - ends:,.0f} s ago (its lease "
-            "ended; the next worker's call takes its requests back)"
-        )
-    if leased:
-        workers = len(view["leased_by"])
-        return "running", f"{workers:,} worker(s) hold leases they renew"
-    if not waiting:
-        due = view["next_retry_in"]
-        when = f"the first in {due:,.0f} s" if due > 0 else "the first now"
-        return "retrying", f"only pages that wait to be tried again ({when})"
-    return "waiting", "requests wait and no worker holds a lease: is a worker running?"
 
 
 def render(spider: str, found: dict[str, Any]) -> str:
@@ -253,6 +206,13 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
     """The frontier's queue, in words."""
     lines = [f"frontier scheduler's queue at {f['queue']!r} ({f['shards']} shard(s)):"]
     lines.append(f"  {f['status']}: {f['status_detail']}")
+    seen = f["workers_seen"]
+    if seen:
+        named = ", ".join(
+            f"{w} {ago:,.0f} s ago" for w, ago in sorted(seen.items(), key=lambda x: x[1])[:8]
+        )
+        more = f" and {len(seen) - 8:,} more" if len(seen) > 8 else ""
+        lines.append(f"  workers' last calls (the last hour): {named}{more}")
     if not f["waiting"] and not f["leased"]:
         lines.append("  nothing waiting, nothing leased")
     else:

@@ -28,6 +28,8 @@ class FrontierOptions:
     request_classes: tuple[type, ...] = ()
     retry_delay: float = 60.0
     max_returns: int = 0
+    #: How long a worker with nothing else to do waits for a page to try again.
+    retry_wait: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> FrontierOptions:
@@ -43,6 +45,7 @@ class FrontierOptions:
             retry_times=read(settings, "FRONTIER_RETRY_TIMES"),
             retry_delay=read(settings, "FRONTIER_RETRY_DELAY"),
             max_returns=read(settings, "FRONTIER_MAX_RETURNS"),
+            retry_wait=retry_wait(settings),
             read_pickle=read(settings, "FRONTIER_READ_PICKLE"),
             request_classes=request_classes(read(settings, "FRONTIER_REQUEST_CLASSES")),
         )
@@ -50,3 +53,14 @@ class FrontierOptions:
     def codec(self) -> RequestCodec:
         """The request encoding these settings choose (its spider set at the open)."""
         return RequestCodec(None, self.serializer, self.read_pickle, self.request_classes)
+
+
+def retry_wait(settings: Any) -> float:
+    """How long a worker with nothing else to do waits for a page to try again that
+    comes due: FRONTIER_WAIT_FOR_RETRIES, or SCHEDULER_IDLE_BEFORE_CLOSE if longer."""
+    return float(
+        max(
+            read(settings, "FRONTIER_WAIT_FOR_RETRIES"),
+            read(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
+        )
+    )

@@ -3,9 +3,10 @@ start URLs): SCHEDULER_IDLE_BEFORE_CLOSE seconds after the last sign of work.
 
 Signs of work: requests waiting in the queue or leased by any worker (their pages may
 yield more), a request this worker took itself, and a page kept for later
-(``FailedPagesMiddleware``) that comes due within SCHEDULER_IDLE_BEFORE_CLOSE: the
-worker waits for it rather than close with it due a moment later. One due after that
-is left for the next run, and the close says so.
+(``FailedPagesMiddleware``) that comes due within SCHEDULER_IDLE_BEFORE_CLOSE (or
+FRONTIER_WAIT_FOR_RETRIES, the longer): the worker waits for it rather than close with
+it due a moment later. One due after that is left for the next run, and the close says
+so.
 
 A worker whose request call found nothing while work may come (requests wait, or
 other workers hold leases whose pages may yield more) asks again half a second later,
@@ -103,8 +104,10 @@ class ShardLooks:
 class IdleTimer:
     """See the module; times by the scheduler's clock."""
 
-    def __init__(self, wait: float) -> None:
+    def __init__(self, wait: float, retry_wait: float = 0.0) -> None:
         self.wait = wait
+        #: A page to try again due within it counts as work (not less than ``wait``).
+        self.retry_wait = max(wait, retry_wait)
         #: Since when nothing showed work, or None.
         self.since: float | None = None
 
@@ -114,9 +117,9 @@ class IdleTimer:
 
     def pending(self, now: float, work: bool, due_at: float | None) -> bool:
         """Whether the worker waits on at ``now``: ``work`` seen (requests waiting or
-        leased), the first page kept for later due at ``due_at`` within the wait, or the
-        wait since nothing showed work not over."""
-        if work or (due_at is not None and due_at - now <= self.wait):
+        leased), the first page kept for later due at ``due_at`` within ``retry_wait``,
+        or the wait since nothing showed work not over."""
+        if work or (due_at is not None and due_at - now <= self.retry_wait):
             self.since = None
             return True
         if self.since is None:

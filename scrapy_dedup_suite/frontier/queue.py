@@ -21,7 +21,10 @@ and no single key holds the frontier. A shard (``lua/frontier.lua``):
   back again and again; a worker's start gives them another try;
 - ``{tag}:frontier:later``: a sorted set, "priority entry" -> when it is due (the
   server's clock, ms), of the pages whose download failed for good, to try again
-  (FRONTIER_RETRY_TIMES); the lease calls put those due back at the front of the queue.
+  (FRONTIER_RETRY_TIMES); the lease calls put those due back at the front of the queue;
+- ``{tag}:frontier:workers``: a sorted set, worker -> the server's time (ms) of its last
+  lease call, so that ``dedup-info`` and the metrics can say who is crawling; a worker
+  not seen for an hour is dropped by the next call.
 
 A worker's one call to a shard (``lua/frontier_lease.lua``) acknowledges, renews and
 gives back the leases it names, returns what a dead worker held past its lease to the
@@ -31,14 +34,16 @@ front of the queue, then leases up to n requests.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
+import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.keys import as_str, chunks, frontier_key, memory_usage, slot_of
+from ..backends.keys import as_str, chunks, frontier_key, slot_of
 from ..exceptions import DedupConfigError
 from ..server import scripts
 from ..server.cluster import is_cluster
@@ -105,6 +110,14 @@ def parse_run(member: bytes) -> list[tuple[int, bytes]] | None:
     return records if len(records) == head.group(1)[0] else None
 
 
+def worker_name() -> str:
+    """A worker as the queue names it: its host, process and a token of its own
+    (``web-3/4121/9f2c``); what the host name holds beyond letters, digits, ``.``,
+    ``_`` and ``-`` is dropped (a lease id is the name, ``:`` and a number)."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "", socket.gethostname())[:40] or "host"
+    return f"{host}/{os.getpid()}/{secrets.token_hex(2)}"
+
+
 def entry_of(item: bytes) -> bytes:
     """A list item's entry, without the count of the times it came back from a dead
     worker (``frontier_wrap`` in ``lua/frontier.lua``)."""
@@ -144,10 +157,14 @@ class Shard:
         return f"{self.queue}:bad"
 
     @property
+    def workers(self) -> str:
+        return f"{self.queue}:workers"
+
+    @property
     def lease_keys(self) -> list[str]:
         return [
             self.queue, self.leases, self.expiries, self.counters, self.aside, self.later,
-            self.bad,
+            self.bad, self.workers,
         ]  # fmt: skip
 
     @property
@@ -176,28 +193,6 @@ class Leased:
     due_in: float | None = None
 
 
-@dataclass
-class ShardCounts:
-    """What ``dedup-info`` shows of a shard."""
-
-    queue: str
-    waiting: int
-    held: int
-    #: Lease ids per worker (the part before the last ':').
-    held_by: dict[str, int]
-    #: Seconds until the oldest lease ends (< 0: ended, not yet reclaimed), or None.
-    oldest_lease_ends_in: float | None
-    reclaimed: int
-    memory_bytes: int
-    #: Requests set aside: no worker could decode them.
-    aside: int = 0
-    #: Pages to try again later, and seconds until the first is due (< 0: due).
-    later: int = 0
-    next_due_in: float | None = None
-    #: Members of its keys that were not the frontier's, set aside as found.
-    bad: int = 0
-
-
 class FrontierQueue:
     """The queue's shards on ``server``: one at ``anchors[0]``'s slot on a single
     server; on a Cluster one per distinct slot of ``anchors`` (the dupefilter's
@@ -211,8 +206,12 @@ class FrontierQueue:
             shards.setdefault(slot_of(anchor), Shard(frontier_key(anchor)))
         self.shards = list(shards.values())
         self._by_slot = shards
-        #: This worker's lease ids start with it (and count up).
-        self.worker = f"{secrets.token_hex(4)}:"
+        #: This worker's lease ids start with it (and count up): where it runs, and a
+        #: token of its own.
+        self.worker = f"{worker_name()}:"
+        #: Whether its calls say it is a worker of the crawl (``{tag}:frontier:workers``),
+        #: not a command's look.
+        self.crawling = False
         self._next_id = 1
         self._ids = threading.Lock()  # (calls run on the reactor thread and in threads)
 
@@ -271,7 +270,7 @@ class FrontierQueue:
         with self._ids:
             first = self._next_id
             self._next_id += take
-        args: list[Any] = [lease_ms, take, self.worker, first, max_returns]
+        args: list[Any] = [lease_ms, take, self.worker, first, max_returns, int(self.crawling)]
         for items in (acks, renew, release, aside, later):
             args += [len(items), *items]
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
@@ -345,8 +344,7 @@ class FrontierQueue:
 
     def keys_of(self, shard: Shard) -> list[str]:
         """The shard's keys that exist."""
-        keys = [shard.queue, shard.leases, shard.expiries, shard.counters, shard.aside]
-        keys += [shard.later, shard.bad]
+        keys = shard.lease_keys
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
@@ -361,6 +359,7 @@ class FrontierQueue:
             (shard.aside, "list", "requests set aside"),
             (shard.later, "zset", "pages to try again later"),
             (shard.bad, "list", "members set aside as bad"),
+            (shard.workers, "zset", "workers seen"),
         ]  # fmt: skip
         pipe = self.server.pipeline(transaction=False)
         for key, _, _ in kinds:
@@ -371,26 +370,6 @@ class FrontierQueue:
                     f"{key!r} holds a {as_str(found)}, not the frontier's {what} (a {kind}); "
                     "move it away (RENAME) if another program owns it, then run this again"
                 )
-
-    def counts(self, shard: Shard) -> ShardCounts:
-        server = self.server
-        self.check(shard)  # (before the queue is read)
-        waiting = whole_priority(server.hget(shard.counters, "waiting") or b"0") or 0
-        waiting = max(0, waiting) if server.exists(shard.queue) else 0  # (see frontier_count)
-        ids = [as_str(i) for i in server.hkeys(shard.leases)]
-        held_by: dict[str, int] = {}
-        for lease_id in ids:
-            worker = lease_id.rpartition(":")[0]
-            held_by[worker] = held_by.get(worker, 0) + 1
-        ends_in = self._seconds_until(shard.expiries)
-        reclaimed = whole_priority(server.hget(shard.counters, "reclaimed") or b"0") or 0
-        memory = memory_usage(server, self.keys_of(shard))
-        aside = int(server.llen(shard.aside))
-        later, due_in = self.later(shard)
-        return ShardCounts(
-            shard.queue, waiting, len(ids), held_by, ends_in, reclaimed, memory, aside, later,
-            due_in, int(server.llen(shard.bad)),
-        )  # fmt: skip
 
     def later(self, shard: Shard) -> tuple[int, float | None]:
         """The pages of ``shard`` to try again later, and seconds until the first is due."""

@@ -92,7 +92,7 @@ class Scheduler(BaseScheduler):
         self.incoming.on_refused = self.refusals.failed
         #: What each shard's last call said (by :attr:`clock`, which a test may set).
         self.looks = ShardLooks(lambda: self.clock())
-        self.idle = IdleTimer(options.idle_before_close)
+        self.idle = IdleTimer(options.idle_before_close, options.retry_wait)
         self.waker = EngineWaker(lambda: engine_slot(crawler))
         self.acks_due = OneShot(self._acknowledge)  # (when no other call took them)
         self._acknowledging: task.LoopingCall | None = None
@@ -140,6 +140,7 @@ class Scheduler(BaseScheduler):
         backend = df.backend
         self.queue_key = spider_key(self.options.queue_key, spider.name, "SCHEDULER_QUEUE_KEY")
         self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
+        self.queue.crawling = True
         self.incoming.spider = spider
         try:
             load_scripts(backend)

@@ -31,6 +31,7 @@ from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
 from ..server import scripts
 from .codec import PICKLE_ADVICE, PickleSerializer, RequestCodec, RequestEncodingError, Serializer
+from .figures import shard_counts
 from .queue import FrontierQueue, Shard, entry_of, parse_run, stored_priority
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def hand_back(
     old = serializer or PickleSerializer()
     done = Handback()
     for shard in queue.shards:
-        counts = queue.counts(shard)
+        counts = shard_counts(queue, shard, memory=False)  # (what moves, not its size)
         done.waiting += counts.waiting
         if dry_run:
             done.set_aside += counts.aside

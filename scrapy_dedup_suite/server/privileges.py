@@ -46,7 +46,7 @@ _REPORTS = ("memory|usage", "object|encoding", "command|info")
 _FRONTIER = (
     *_SCRIPTS, "exists", "get", "hget", "hgetall", "hset", "hdel", "hexists", "hincrby",
     "hlen", "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zrem",
-    "rpush", "lrange", "ltrim", "lrem", "llen", "unlink", "hkeys",
+    "zremrangebyscore", "rpush", "lrange", "ltrim", "lrem", "llen", "unlink", "hkeys",
 )  # fmt: skip
 
 

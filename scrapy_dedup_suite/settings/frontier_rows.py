@@ -122,4 +122,14 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         shown="`60.0` (a minute)",
         table="frontier",
     ),
+    Setting(
+        "FRONTIER_WAIT_FOR_RETRIES",
+        0.0,
+        Seconds(0.0, TEN_YEARS, "a number of seconds >= 0 (e.g. 600)", low_open=False),
+        "seconds a worker with nothing else to do stays open for a page to try again "
+        "(`FRONTIER_RETRY_DELAY`) that comes due within them, or within "
+        "`SCHEDULER_IDLE_BEFORE_CLOSE` if longer; pages due later are left in Redis for the "
+        "next run, said at the close, and `dedup-info` calls such a crawl finished",
+        table="frontier",
+    ),
 )

@@ -10,11 +10,13 @@
 -- decode them), KEYS[6]: the pages to try again later (a sorted set: "priority entry"
 -- -> the server's time in ms when it is due), KEYS[7]: members of these keys that are
 -- not the frontier's (a list, each as it was found; a member of the queue that is not
--- a run as "queue <member>").
+-- a run as "queue <member>"), KEYS[8]: the workers seen (a sorted set: worker -> the
+-- server's time in ms of its last call; those not seen for an hour are dropped).
 -- ARGV[1]: the lease in ms, ARGV[2]: n, ARGV[3]: the prefix of the worker's lease ids,
 -- ARGV[4]: the number of its first new lease, ARGV[5]: how many times a request may come
 -- back from workers that held it past their lease (0: no bound; once more, it is set
--- aside in KEYS[5] instead); then five lists, each its length first:
+-- aside in KEYS[5] instead), ARGV[6]: 1 if the caller is a worker of the crawl, to
+-- be seen in KEYS[8] (0: a command's call); then five lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
 -- released (taken but not started, at a graceful close), the ids set aside (their
 -- entry could not be decoded: kept in KEYS[5] rather than given back again and again),
@@ -27,7 +29,7 @@
 -- entries, then per request leased: its priority and entry};
 -- the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local later, bad = KEYS[6], KEYS[7]
+local later, bad, workers = KEYS[6], KEYS[7], KEYS[8]
 local lease_ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local prefix, first, max_returns = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 dedup_check_type(leases, 'hash', 'the frontier leases')
@@ -36,12 +38,13 @@ dedup_check_type(counters, 'hash', 'the frontier counters')
 dedup_check_type(aside, 'list', 'the frontier requests set aside')
 dedup_check_type(later, 'zset', 'the frontier pages to try again later')
 dedup_check_type(bad, 'list', 'the frontier members set aside as bad')
+dedup_check_type(workers, 'zset', 'the frontier workers seen')
 local bads = 0
 local function set_bad(member)
   rcall('RPUSH', bad, member)
   bads = bads + 1
 end
-local lists, at = {}, 6
+local lists, at = {}, 7
 for l = 1, 5 do
   local len = tonumber(ARGV[at])
   local ids = {}
@@ -51,6 +54,10 @@ end
 -- Acknowledgements and renewals first: a lease done, or renewed by the worker that
 -- holds it, is never given back, even one that ended.
 local now = dedup_now_ms()
+if ARGV[6] == '1' then -- (the worker: its ids' prefix, less ':')
+  rcall('ZADD', workers, now, string.sub(prefix, 1, -2))
+  rcall('ZREMRANGEBYSCORE', workers, '-inf', now - 3600000)
+end
 frontier_ack(leases, expiries, lists[1])
 for _, id in ipairs(lists[4]) do
   local held = rcall('HGET', leases, id)
