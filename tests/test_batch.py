@@ -214,6 +214,7 @@ def test_an_unreachable_redis_lets_the_batch_through_with_allow(redis_server, se
     new = batch(df, requests)
     assert new == requests
     assert df.stats.get_value("dedup/errors") == 5
+    assert df.stats.get_value("dedup/errors/ConnectionError") == 5
     assert df.stats.get_value("dedup/added") is None
 
 

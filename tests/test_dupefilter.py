@@ -278,6 +278,7 @@ def test_wrong_type_during_crawl_names_the_key_and_lets_each_request_through_onc
     assert len(errors) == 1, errors
     assert re.search(r"\{myspider:bloomfilter:0\}.*holds a list", errors[0])
     assert df.stats.get_value("dedup/errors") == 2  # the two let through
+    assert df.stats.get_value("dedup/errors/WRONGTYPE") == 2  # (by kind, issue 56)
     assert df.stats.get_value("dedup/unrecorded_filtered") == 3
     assert server.type("{myspider:bloomfilter:0}") == b"list"  # nothing deleted
     # Without a crawl to stop, DEDUP_ON_ERROR='raise' raises the error naming the key.
@@ -302,6 +303,7 @@ def test_redis_down_lets_requests_through_by_default(caplog):
     caplog.set_level(logging.WARNING)
     assert df.request_seen(requests(1)[0]) is False
     assert df.stats.get_value("dedup/errors") == 1
+    assert df.stats.get_value("dedup/errors/ConnectionError") == 1
     assert "letting it through" in caplog.text
 
 

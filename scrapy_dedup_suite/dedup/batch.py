@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from ..backends.calls import FailedCall
 from ..exceptions import DedupBackendError
 from ..server.connection import failure_text
-from ..server.failures import ErrorPolicy, as_failure, code_of, is_transient, translate
+from ..server.failures import (
+    ErrorPolicy,
+    as_failure,
+    code_of,
+    error_kind,
+    is_transient,
+    translate,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -342,6 +349,9 @@ class Batches:
         ):
             if value:
                 count(name, value)
+        errors = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
+        if errors:
+            count(f"dedup/errors/{error_kind(result.error or result.failure)}", errors)
 
     @staticmethod
     def _warn(result: BatchResult, tally: Counter[str]) -> None:

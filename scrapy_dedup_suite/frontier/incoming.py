@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.calls import FailedCall
+from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
 from .queue import FrontierQueue, stored_priority
@@ -251,6 +252,7 @@ class Incoming:
 
     def _failed(self, error: Exception) -> None:
         self._count("frontier/failed_calls")
+        self._count(f"frontier/failed_calls/{error_kind(error)}")
         self.retry_at = self.clock() + RETRY_EVERY
         if self.on_refused is not None and wrong_type(error) is not None:
             self.on_refused(error, "record and enqueue requests")  # (the worker stops)

@@ -161,6 +161,15 @@ def code_of(exc: BaseException) -> str:
     return first if first.isalpha() and first.isupper() else "ERR"
 
 
+def error_kind(exc: BaseException | None) -> str:
+    """A failed call's kind, as the stats and metrics count it: its error code
+    (:func:`code_of`: ``OOM``, ``dedup:WRONGTYPE``...), else the exception's class
+    (``ConnectionError``, ``TimeoutError``...)."""
+    if exc is None:
+        return "unknown"
+    return re.sub(r"[^A-Za-z0-9:_]", "_", code_of(exc) or type(exc).__name__)[:60]
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed call follows DEDUP_ON_ERROR: the server could not be reached
     or refused for now (full memory, busy script, cluster down, read only, too few
