@@ -34,6 +34,7 @@ from .dedup.failed import FailedPagesMiddleware
 from .dedup.middleware import BatchDedupMiddleware
 from .frontier.scheduler import Scheduler
 from .operations.janitor import JanitorExtension
+from .operations.metrics import DedupMetrics
 from .operations.summary import DedupSummary
 from .settings.table import given_settings, read
 
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 #: among Scrapy's own, which pass requests on as they are (docs/batch.md).
 MIDDLEWARE_ORDER = 50
 SUMMARY_ORDER, JANITOR_ORDER = 900, 500
+#: After the summary: its close-time stats are in the last push.
+METRICS_ORDER = 950
 
 
 class Addon:
@@ -85,6 +88,10 @@ class Addon:
         ]
         if capabilities.purge_expired or capabilities.restore_expiry:
             components.append(("EXTENSIONS", JanitorExtension, JANITOR_ORDER))
+        if read(settings, "DEDUP_METRICS_PORT") is not None or read(
+            settings, "DEDUP_METRICS_PUSHGATEWAY"
+        ):
+            components.append(("EXTENSIONS", DedupMetrics, METRICS_ORDER))
         _frontier(settings, said, kept)
         for name, cls, order in components:
             given = _order_in(settings, name, cls)

@@ -18,7 +18,7 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
 from scrapy_dedup_suite.backends.keys import spider_key_patterns as spider_keys
-from scrapy_dedup_suite.server.privileges import BY_NAME, acl_line, commands_of
+from scrapy_dedup_suite.server.privileges import BY_NAME, OPTIONAL, acl_line, commands_of
 
 from .helpers import ROOT, crawl, settings_for
 from .test_messages import SPIDER, scrapy_cmd
@@ -235,3 +235,25 @@ def test_a_command_withheld_from_dedup_info_is_one_line_and_exit_1(server, grant
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "may not run TYPE" in lines[0], out.stderr
     assert "ACL SETUSER crawler +type" in lines[0]
+
+
+def test_the_metrics_read_the_queue_as_a_user_granted_their_line(server, grant, redis_settings):
+    """DedupMetrics (issue 56) as a user granted the frontier's, the backend's and the
+    metrics' lines only: the scrape reads the queue (metrics_redis_up 1), and the server
+    logged no refusal."""
+    from .test_metrics import metered, samples, scrape, value
+
+    url = grant("frontier", "compact", "metrics", spider="metered")
+    scheduler, ext = metered({**redis_settings, "REDIS_URL": url})
+    try:
+        scheduler.queue.push(scheduler.queue.shards[0], [(0, b"\x01 parse  http://x.test/")])
+        found = samples(scrape(ext.httpd.server_address[1]))
+        assert value(found, "scrapy_dedup_metrics_redis_up") == 1
+        assert value(found, "scrapy_dedup_frontier_waiting_requests") == 1
+        assert value(found, "scrapy_dedup_frontier_memory_bytes") > 0
+    finally:
+        ext.spider_closed(scheduler.spider)
+        scheduler.close("finished")
+    log = [dict(_pairs(e)) for e in server.execute_command("ACL", "LOG")]
+    said = {e["object"] for e in log if e["username"] == "crawler"}
+    assert said <= set(OPTIONAL) - {"memory|usage"}, said  # (what is read where allowed)

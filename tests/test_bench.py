@@ -259,3 +259,11 @@ def test_frontier_finish_bench_times_every_worker_s_exit(redis_server):
     )  # fmt: skip
     assert "trial 0: 200 pages" in out.stdout, out.stdout  # every page, once
     assert out.stdout.rstrip().endswith("exits before it: 0"), out.stdout
+
+
+def test_metrics_bench_counts_a_scrape_s_calls_whatever_the_queue_s_size(redis_server):
+    out = run_bench("bench.metrics", "--requests", "100,20000", "--server", redis_server.binary)
+    rows = [line.split() for line in out.stdout.splitlines()[1:3]]
+    assert [r[0] for r in rows] == ["100", "20,000"], out.stdout
+    assert rows[0][1] == rows[1][1] and int(rows[0][1]) > 0, out.stdout  # the same calls
+    assert rows[0][4] == rows[1][4] == "0", out.stdout  # a scrape inside the interval: none

@@ -24,7 +24,7 @@ LAYERS = ("core", "settings", "server", "backends", "dedup", "frontier", "operat
 BASE = {"exceptions"}
 #: Paths a project writes in its settings or imports, kept at the root (each only
 #: re-exports from the layer its code lives in).
-PUBLIC_PATHS = {"dupefilter", "middleware", "failed", "janitor", "summary"}
+PUBLIC_PATHS = {"dupefilter", "middleware", "failed", "janitor", "summary", "metrics"}
 #: Root modules above every layer: the add-on, the demo server, the public paths.
 TOP = {"__init__", "addon", "embedded", *PUBLIC_PATHS}
 #: Imports allowed to run back up a layer, each with why (issue 52: at most 3).
@@ -169,6 +169,7 @@ def test_a_public_class_is_named_by_its_public_path_in_what_the_package_says():
         "failed": "FailedPagesMiddleware",
         "janitor": "JanitorExtension",
         "summary": "DedupSummary",
+        "metrics": "DedupMetrics",
     }
     assert set(written) == PUBLIC_PATHS
     for module, name in written.items():

@@ -18,15 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_documentation_tables_are_the_table():
     pages = {p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
-    # settings.md lists every setting; the frontier's and the janitor's pages repeat theirs.
+    # settings.md lists every setting; the frontier's, the janitor's and the metrics' pages
+    # repeat theirs.
     settings_page = pages[ROOT / "docs" / "settings.md"]
-    assert all(f"<!-- settings:{t} -->" in settings_page for t in ("main", "frontier", "janitor"))
-    assert sum(text.count("<!-- settings:") for text in pages.values()) == 5
+    assert all(
+        f"<!-- settings:{t} -->" in settings_page
+        for t in ("main", "frontier", "janitor", "metrics")
+    )
+    assert sum(text.count("<!-- settings:") for text in pages.values()) == 7
     for path, text in pages.items():
         assert settings_docs.rewrite(text) == text, (
             f"{path.name}'s settings tables differ from settings/table.py: run python -m "
             "scrapy_dedup_suite.operations.settings_docs --write docs/settings.md "
-            "docs/operations.md docs/frontier.md"
+            "docs/operations.md docs/frontier.md docs/metrics.md"
         )
 
 
@@ -69,7 +73,9 @@ def _loaded(path: str) -> object:
 def test_names_are_unique_and_documented():
     assert len(SETTINGS) == len(TABLE)
     for setting in TABLE:
-        assert setting.help and setting.table in ("main", "janitor", "frontier"), setting.name
+        assert setting.help and setting.table in ("main", "janitor", "frontier", "metrics"), (
+            setting.name
+        )
 
 
 @pytest.mark.parametrize("setting", TABLE, ids=lambda s: s.name)

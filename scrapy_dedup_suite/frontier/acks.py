@@ -3,6 +3,7 @@ that state, for the scheduler and for each record call that carries some."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 
 from .queue import Shard
@@ -15,10 +16,15 @@ class PendingAcks:
     back what no call carried); what a call could not carry comes back (:meth:`add`).
     Acknowledging one twice is harmless: lease ids are never used again."""
 
-    def __init__(self, by_shard: dict[Shard, list[str]] | None = None) -> None:
+    def __init__(
+        self, by_shard: dict[Shard, list[str]] | None = None, since: float | None = None
+    ) -> None:
         self._by_shard: dict[Shard, list[str]] = {
             shard: list(ids) for shard, ids in (by_shard or {}).items() if ids
         }
+        #: Since when (``time.monotonic()``) some have waited without a break, or None:
+        #: the oldest one's wait, or longer after a call took some (for the metrics).
+        self.since = (since or time.monotonic()) if self._by_shard else None
 
     def __bool__(self) -> bool:
         return bool(self._by_shard)
@@ -35,16 +41,22 @@ class PendingAcks:
         them, or failed)."""
         ids = list(ids)
         if ids:
+            if self.since is None:
+                self.since = time.monotonic()
             self._by_shard.setdefault(shard, []).extend(ids)
 
     def take(self, shard: Shard) -> list[str]:
         """What a call to ``shard`` carries, no longer waiting here."""
-        return self._by_shard.pop(shard, [])
+        taken = self._by_shard.pop(shard, [])
+        if not self._by_shard:
+            self.since = None
+        return taken
 
     def take_all(self) -> PendingAcks:
         """Every one, moved to a new owner (a batch of calls), none left here."""
         taken, self._by_shard = self._by_shard, {}
-        return PendingAcks(taken)
+        since, self.since = self.since, None
+        return PendingAcks(taken, since)
 
     def give_back(self, other: PendingAcks) -> int:
         """What ``other`` still holds waits here again; how many."""
@@ -52,11 +64,14 @@ class PendingAcks:
         for shard, ids in other.items():
             self.add(shard, ids)
             left += len(ids)
+        if left and other.since is not None:
+            self.since = min(other.since, self.since or other.since)
         return left
 
     def drop(self) -> None:
         """Forget them all (their leases stay held until they end)."""
         self._by_shard.clear()
+        self.since = None
 
     def items(self) -> list[tuple[Shard, list[str]]]:
         """A copy, read from the keeper's thread too."""

@@ -100,6 +100,12 @@ FEATURES: tuple[Feature, ...] = (
         "`scrapy dedup-info`, with the backend's line (and the frontier's)",
     ),
     Feature(
+        "metrics",
+        ("memory|usage", "hkeys", "hmget", "llen", "zcard", "zrange"),
+        "`DedupMetrics` (with the frontier's line; `DEDUP_METRICS_FILTER_EVERY`: and "
+        "`dedup-info`'s)",
+    ),
+    Feature(
         "dedup-forget",
         (*_REPORTS, "hdel", "srem"),
         "`scrapy dedup-forget`, with the backend's line",

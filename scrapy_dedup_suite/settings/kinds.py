@@ -156,6 +156,29 @@ class HttpCodes:
 
 
 @dataclass(frozen=True)
+class Ports:
+    """A TCP port, or a range to try in turn as ``[low, high]`` (as Scrapy's
+    TELNETCONSOLE_PORT; ``-s`` gives "9410" or "9410,9420"), or unset (None)."""
+
+    def __call__(self, name: str, value: Any) -> tuple[int, int] | None:
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            items = [items]
+        allowed = "a port from 0 to 65535 (0: any free one) or a range such as [9410, 9420]"
+        if len(items) not in (1, 2):
+            raise DedupConfigError(f"{name} must be {allowed}, got {value!r}")
+        ports = [
+            config.check_int(name, p, minimum=0, maximum=65535, allowed=allowed) for p in items
+        ]
+        low, high = ports[0], ports[-1]
+        if high < low:
+            raise DedupConfigError(f"{name} must be {allowed}, got {value!r} (high below low)")
+        return low, high
+
+
+@dataclass(frozen=True)
 class Checked:
     """Passed on as given: the component it configures checks it with the settings
     it depends on (a window and its time zone, sentinels and their URL...), naming it."""

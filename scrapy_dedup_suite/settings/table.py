@@ -31,6 +31,7 @@ from .kinds import (
     Text,
     Whole,
 )
+from .metrics_rows import METRICS_SETTINGS
 from .server_rows import SERVER_SETTINGS
 
 #: The most immediate retries of one failed call (DEDUP_ON_ERROR='raise').
@@ -358,7 +359,7 @@ TABLE: tuple[Setting, ...] = (
     ),
 )
 
-TABLE += FRONTIER_SETTINGS
+TABLE += FRONTIER_SETTINGS + METRICS_SETTINGS
 
 SETTINGS: dict[str, Setting] = {setting.name: setting for setting in TABLE}
 
