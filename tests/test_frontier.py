@@ -412,6 +412,43 @@ def test_dedup_info_counts_the_workers_seen_and_leaves_late_retries_to_the_next_
     assert frontier_view(waits, "spider", server)["status"] == "retrying"
 
 
+def test_the_watch_draws_the_queue_s_trend_its_shards_and_its_workers():
+    """``--watch``'s picture (issue 56 item 4): sparklines of waiting and leased over the
+    rounds with their rate, a bar per shard scaled to the fullest, the workers by their
+    last call with the leases each holds."""
+    from scrapy_dedup_suite.operations.frontier_picture import History, picture
+
+    def view(waiting: int, leased: int) -> dict:
+        return {
+            "status": "running",
+            "status_detail": "2 worker(s) seen in the last 60 s",
+            "waiting": waiting,
+            "leased": leased,
+            "per_shard": [
+                {"queue": "{b}:frontier", "waiting": 10, "held": 0},
+                {"queue": "{a}:frontier", "waiting": waiting - 10, "held": leased},
+            ],
+            "workers_seen": {"w1": 1.0, "w2": 30.0},
+            "leased_by": {"w1": leased, "gone": 0},
+        }
+
+    history = History()
+    for second, (waiting, leased) in enumerate([(100, 5), (200, 8), (400, 8)]):
+        history.add(float(second), view(waiting, leased))
+    lines = picture(view(400, 8), history)
+    assert lines[0] == "running: 2 worker(s) seen in the last 60 s"
+    assert lines[1].startswith("waiting  \u2583\u2585\u2588 ") and lines[1].endswith(
+        "400 (+150.0/s)"
+    )
+    assert lines[2].startswith("leased   ") and lines[2].endswith("8 (+1.5/s)")
+    assert lines[4] == "  {a}:frontier" + " " * 20 + " " + "\u2588" * 24 + " " + (
+        "       390 waiting       8 leased"
+    )
+    assert lines[5].startswith("  {b}:frontier") and "\u2588" + "\u00b7" * 23 in lines[5]
+    assert [line.split()[0] for line in lines[7:]] == ["w1", "w2", "gone"]
+    assert "8 leases  1 s ago" in lines[7] and "not seen for an hour" in lines[9]
+
+
 @pytest.mark.single_server
 def test_dedup_info_watch_shows_the_queue_each_round_until_ctrl_c(server, redis_url):
     """``--watch SECONDS`` (issue 56): the frontier's view again every round (one JSON
@@ -453,6 +490,20 @@ def test_dedup_info_watch_shows_the_queue_each_round_until_ctrl_c(server, redis_
             proc.kill()
     assert proc.returncode == 0, err
     assert "Traceback" not in err, err
+    drawn = subprocess.Popen(  # in words: the picture (not a terminal: not redrawn)
+        [sys.executable, "-m", "scrapy", *args[:-1], "-s", f"REDIS_URL={redis_url}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        lines = [drawn.stdout.readline() for _ in range(5)]
+        drawn.send_signal(signal.SIGINT)
+        drawn.communicate(timeout=60)
+    finally:
+        if drawn.poll() is None:
+            drawn.kill()
+    assert "(Ctrl-C to stop)" in lines[0] and lines[2].startswith("waiting: requests wait")
+    assert lines[3].startswith("waiting  ") and lines[4].startswith("leased   "), lines
 
 
 @pytest.mark.single_server

@@ -19,6 +19,7 @@ from ..exceptions import DedupError
 from ..frontier.figures import crawl_figures, crawl_status
 from ..frontier.frontier_options import retry_wait
 from ..frontier.queue import FrontierQueue
+from ..operations.frontier_picture import History, picture
 from ..server.connection import get_redis
 from ..settings.table import read
 from . import DedupCommand, spider_settings
@@ -83,6 +84,8 @@ class Command(DedupCommand):
                 print(render(opts.spider, found), flush=True)
 
 
+#: The line that names the workers seen (the picture draws them instead).
+WORKERS_LINE = "  workers' last calls (the last hour): "
 #: What a terminal takes to go to its top left corner and clear the screen.
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -93,15 +96,19 @@ def watch(settings: Settings, spider: str, server: Any, every: float, as_lines: 
     a call per queue shard, whatever the queue holds."""
     redraw = sys.stdout.isatty() and not as_lines
     queue = frontier_queue(settings, spider, server)
+    history = History()
     try:
         while True:
             view = frontier_view(settings, spider, server, queue)
+            history.add(time.monotonic(), view)
             if as_lines:
                 text = json.dumps({"time": time.time(), **view})
             else:
                 now = time.strftime("%Y-%m-%d %H:%M:%S")
                 head = f"{now}, spider {spider!r}, every {every:g} s (Ctrl-C to stop)"
-                text = "\n".join([head, *_frontier_lines(view)])
+                first, _, *rest = _frontier_lines(view)  # (the status: the picture's first)
+                rest = [line for line in rest if not line.startswith(WORKERS_LINE)]
+                text = "\n".join([head, first, *picture(view, history), *rest])
             print((CLEAR if redraw else "") + text, flush=True)
             time.sleep(every)
     except KeyboardInterrupt:
@@ -212,7 +219,7 @@ def _frontier_lines(f: dict[str, Any]) -> list[str]:
             f"{w} {ago:,.0f} s ago" for w, ago in sorted(seen.items(), key=lambda x: x[1])[:8]
         )
         more = f" and {len(seen) - 8:,} more" if len(seen) > 8 else ""
-        lines.append(f"  workers' last calls (the last hour): {named}{more}")
+        lines.append(f"{WORKERS_LINE}{named}{more}")
     if not f["waiting"] and not f["leased"]:
         lines.append("  nothing waiting, nothing leased")
     else:
