@@ -1142,6 +1142,26 @@ def test_a_worker_goes_idle_only_on_what_the_queue_says_now(server, redis_url):
 
 
 @pytest.mark.single_server
+def test_an_idle_check_that_just_looked_at_every_shard_does_not_look_again(server, redis_url):
+    """Issue 56 (quiet when idle): the idle check looks again before it says nothing is
+    pending only when its first look was read back, not when that look was a call made
+    now: one call per check of an idle worker, not two."""
+    from .test_frontier_retry import scheduler_for
+
+    scheduler = scheduler_for(redis_url)
+    scheduler.clock = lambda: 1000.0
+
+    def evalshas() -> int:
+        return int(server.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    scheduler.looks.forget()  # (what the last look said is stale)
+    before = evalshas()
+    assert not scheduler.has_pending_requests()
+    assert evalshas() - before == 1
+    scheduler.close("finished")
+
+
+@pytest.mark.single_server
 def test_a_finished_page_is_acknowledged_within_ack_within_though_no_call_goes_to_its_shard(
     server, redis_url
 ):

@@ -56,6 +56,8 @@ class ShardLooks:
         self.clock = clock
         self.seen: dict[Shard, Sighting] = {}
         self._next = 0
+        #: Calls :meth:`totals` made so far (whether a look was made now or read back).
+        self.calls = 0
 
     def saw(self, shard: Shard, waiting: int, held: int, due_in: float | None) -> None:
         now = self.clock()
@@ -94,6 +96,7 @@ class ShardLooks:
             seen = self.seen.get(shard)
             if seen is None or self.clock() - seen.when >= LOOK_EVERY:
                 call(shard)
+                self.calls += 1
                 seen = self.seen[shard]
             waiting += seen.waiting
             held += seen.held

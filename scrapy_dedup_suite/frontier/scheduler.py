@@ -424,8 +424,12 @@ class Scheduler(BaseScheduler):
             return False  # (a key refused: the spider is closing)
         if self.holdings.taken or self.incoming.unpushed or self._ahead is not None:
             return True
+        assert self.queue is not None
+        calls = self.looks.calls
         for fresh in (False, True):  # (idle only on what the shards say now)
             if fresh:
+                if self.looks.calls - calls == len(self.queue.shards):
+                    return False  # (the first look called every shard: it was now)
                 self.looks.forget()
             try:
                 waiting, held, due_at = self._look()
