@@ -2,7 +2,8 @@
 of the fingerprints (SHA1's first eight bytes), one key, its own two Lua scripts.
 
 It is what a user would write, from the package's public pieces only: ``DedupBackend``
-with its ``Layout`` (one group: the set), ``Capabilities``, ``LuaScript`` with its source.
+with its ``Layout`` (one group: the set), ``Capabilities``, ``AddStep`` and ``LuaScript``
+with their source.
 ``DEDUP_BACKEND = "tests.digest_backend.DigestSetBackend"`` selects it, and the test
 suite runs the whole backend table with it (the ``digest-set`` row of conftest.py)."""
 
@@ -17,18 +18,21 @@ from scrapy_dedup_suite.backends.capabilities import Capabilities
 from scrapy_dedup_suite.backends.forget import remove
 from scrapy_dedup_suite.backends.layout import Layout
 from scrapy_dedup_suite.backends.reports import Contents, Fingerprints
-from scrapy_dedup_suite.server.scripts import LuaScript
+from scrapy_dedup_suite.server.scripts import AddStep, LuaScript
 
-#: Check-and-add: KEYS, the set; ARGV, per fingerprint its key's number in the call
-#: and its digest. One answer per fingerprint: 1 seen, 0 new.
-DIGEST_ADD = LuaScript(
+#: Check-and-add, declared as an add step: keys, the set; argv, per fingerprint its
+#: key's number in the call and its digest. One answer per fingerprint: 1 seen, 0 new.
+#: (As a step, the frontier records and enqueues with it in one call.)
+DIGEST_ADD = AddStep(
     "digest_add",
     """-- include: prelude
-local out = {}
-for i = 1, #ARGV, 2 do
-  out[#out + 1] = 1 - rcall('SADD', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
+local function dedup_add(keys, argv)
+  local out = {}
+  for i = 1, #argv, 2 do
+    out[#out + 1] = 1 - rcall('SADD', keys[tonumber(argv[i])], argv[i + 1])
+  end
+  return out
 end
-return out
 """,
 )
 #: Whether one digest (ARGV[1]) is in the set (KEYS[1]): 1 or 0.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 
 import pytest
 import redis
@@ -1209,3 +1210,39 @@ def test_a_counter_that_is_not_a_number_is_set_aside_not_failed_on(server):
     assert answer.reclaimed == 1 and [e for _, _, e in answer.requests] == [b"\x01a"]
     assert server.lrange(shard.bad, 0, -1) == [b"counter reclaimed lots"]
     assert shard_counts(queue, shard).reclaimed == 1
+
+
+@pytest.mark.single_server
+def test_a_backend_whose_add_script_is_no_add_step_is_refused_at_the_open_in_one_line(
+    server, redis_url, caplog
+):
+    """The frontier records and enqueues through a layout's declared add step (issue 52
+    item 4); a backend of one's own whose add script is a plain LuaScript is refused at
+    the open in one line naming what to declare, never spliced."""
+    import logging
+
+    from scrapy_dedup_suite.server.scripts import LuaScript
+
+    from . import digest_backend
+    from .test_frontier_retry import scheduler_for
+
+    plain = LuaScript(
+        "plain_digest_add",
+        "-- include: prelude\nreturn {1 - redis.call('SADD', KEYS[1], ARGV[2])}\n",
+    )
+
+    class PlainLayout(digest_backend.OneDigestSet):
+        add_script = plain
+
+    class PlainBackend(digest_backend.DigestSetBackend):
+        def __init__(self, server: Any, key: str) -> None:
+            super().__init__(server, key)
+            self.layout = PlainLayout(key)
+
+    digest_backend.PlainBackend = PlainBackend  # (found by its dotted path)
+    caplog.set_level(logging.ERROR)
+    scheduler = scheduler_for(redis_url, DEDUP_BACKEND="tests.digest_backend.PlainBackend")
+    assert scheduler.refusals.stopping
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "'plain_digest_add' is not declared as an add step" in errors[0]
+    assert server.keys("*:frontier*") == []

@@ -245,7 +245,8 @@ class FrontierQueue:
         pushed = 0
         for batch in chunks(requests):
             args: list[Any] = [x for p, entry in batch for x in (stored_priority(p), entry)]
-            pushed += int(scripts.FRONTIER_PUSH(self.server, shard.record_keys, [*args, 0, 0]))
+            keys = [shard.queue, shard.counters]
+            pushed += int(scripts.FRONTIER_PUSH(self.server, keys, args))
         return pushed
 
     def call(

@@ -3,12 +3,14 @@
 A request recorded by the dupefilter and not yet in the queue is lost if the worker
 dies there: its parent, fetched again, finds it seen. So each add call of the
 dupefilter's backend also pushes, in the same script run, the request of every
-fingerprint it wrote as new: the backend's add script, wrapped (``lua/frontier.lua``):
-the frontier's key and arguments are taken off KEYS and ARGV, the add script runs as
-it does alone, then its answers say which requests to push. One call per slot group,
-as the dupefilter's own batches; on a Cluster, each call's queue shard is in its slot.
-The call also acknowledges the leases it is given for its shard: a call that happens
-anyway carries them.
+fingerprint it wrote as new. The backend's layout declares its add step as a Lua
+function of its keys and arguments (:class:`~..server.scripts.AddStep`); the script
+that records and enqueues is that step and ``frontier_record`` (``lua/frontier.lua``),
+whose inputs are named at its top: the step's keys then the shard's four, and a
+header of two counts before the step's arguments, the requests and the lease ids.
+One call per slot group, as the dupefilter's own batches; on a Cluster, each call's
+queue shard is in its slot. The call also acknowledges the leases it is given for its
+shard: a call that happens anyway carries them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..backends import calls
 from ..backends.base import DedupBackend
 from ..backends.calls import Call, FailedCall, one_call
 from ..exceptions import DedupConfigError
-from ..server.scripts import SET_ADD, LuaScript
+from ..server.scripts import SET_ADD, AddStep, LuaScript
 from .acks import PendingAcks
 from .queue import FrontierQueue, Shard
 
@@ -38,22 +40,23 @@ class EnqueueScript(LuaScript):
         self.load(client)
 
 
-_BY_SCRIPT: dict[str, EnqueueScript] = {}
+_BY_STEP: dict[str, EnqueueScript] = {}
 
 
-def enqueueing(script: LuaScript) -> EnqueueScript:
-    """``script`` (an add script: one answer per fingerprint, in order) that also
-    pushes the requests of the fingerprints it wrote as new."""
-    made = _BY_SCRIPT.get(script.sha)
-    if made is None:
-        first, _, rest = script.body.partition("\n")
-        text = (
-            f"{first}, frontier\n"
-            "local frontier_taken = frontier_take()\n"
-            f"local function dedup_add()\n{rest}\nend\n"
-            "return frontier_enqueue(frontier_taken, dedup_add())\n"
+def enqueueing(step: LuaScript) -> EnqueueScript:
+    """The script that runs ``step`` (a layout's add step) and enqueues the requests of
+    the fingerprints it wrote as new (``frontier_record``)."""
+    if not isinstance(step, AddStep):
+        raise DedupConfigError(
+            f"The add script {step.name!r} is not declared as an add step (an AddStep, a "
+            "Lua function dedup_add(keys, argv)), so the frontier cannot record and "
+            "enqueue in one call with it; declare the layout's add_script as "
+            "scrapy_dedup_suite.server.scripts.AddStep, or use Scrapy's scheduler"
         )
-        made = _BY_SCRIPT[script.sha] = EnqueueScript(f"{script.name}+enqueue", text)
+    made = _BY_STEP.get(step.sha)
+    if made is None:
+        text = step.within(("frontier",), "return frontier_record(KEYS, ARGV, dedup_add)")
+        made = _BY_STEP[step.sha] = EnqueueScript(f"{step.name}+enqueue", text)
     return made
 
 
@@ -104,12 +107,12 @@ def record_and_enqueue(
         out: list[Call] = []
         riders: list[tuple[Shard, list[str]]] = []
         for keys, args, indices in planned:
-            tail: list[Any] = [x for i in indices for x in requests[i]]
             shard = queue.shard_for(keys[0])
             given = acks.take(shard)
             riders.append((shard, given))
-            tail += [*given, len(given), len(args)]
-            out.append(([*keys, *shard.record_keys], [*args, *tail], indices))
+            pushed = [x for i in indices for x in requests[i]]
+            header = [len(args), len(given)]  # (frontier_record's inputs)
+            out.append(([*keys, *shard.record_keys], [*header, *args, *pushed, *given], indices))
         return enqueueing(script), out, riders
 
     answers, failed = calls.add_answers(backend, fingerprints, expires, extend)
@@ -130,8 +133,8 @@ def _set_call(
     acks: Sequence[str],
 ) -> list[bool]:
     """scrapy-redis's set: one key, so one call (its queue shard in the set's slot)."""
-    tail = [x for request in requests for x in request]
+    pushed = [x for request in requests for x in request]
     keys = [backend.key, *shard.record_keys]
-    args = [*fingerprints, *tail, *acks, len(acks), len(fingerprints)]
+    args = [len(fingerprints), len(acks), *fingerprints, *pushed, *acks]
     answers = calls.run(backend, enqueueing(SET_ADD), keys, args)
     return [bool(answer) for answer in answers]

@@ -48,7 +48,7 @@ def includes(name: str, text: str | None = None) -> list[str]:
         raise ValueError(f"lua/{name}.lua must start with '{INCLUDE}prelude[, ...]'")
     order: list[str] = []
     for part in (p.strip() for p in first[len(INCLUDE) :].split(",")):
-        if part == name:  # the prelude names itself
+        if part == name and text is None:  # the prelude names itself
             continue
         for fragment in [*includes(part), part]:
             if fragment not in order:
@@ -150,6 +150,29 @@ class LuaScript:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 
 
+class AddStep(LuaScript):
+    """A layout's check-and-add (its atomic step), declared once as a Lua function
+    ``dedup_add(keys, argv)`` answering one number per fingerprint, in order: a
+    fragment of ``lua/`` named ``name``, or ``text`` for a backend of one's own (its
+    first line names the fragments it uses, ``-- include: prelude``, and it defines
+    that function). As a script it runs the step on KEYS and ARGV;
+    :meth:`within` makes a script that runs it inside more (the frontier's
+    ``frontier_record``, which records and enqueues in one call)."""
+
+    def __init__(self, name: str, text: str | None = None) -> None:
+        self.name, self.step_text = name, text
+        super().__init__(name, self.within((), "return dedup_add(KEYS, ARGV)"))
+
+    def within(self, fragments: Sequence[str], last: str) -> str:
+        """The source of a script that includes ``fragments`` too and ends with
+        ``last`` (which calls ``dedup_add``)."""
+        more = "".join(f", {part}" for part in fragments)
+        if self.step_text is None:
+            return f"{INCLUDE}prelude{more}, {self.name}\n{last}\n"
+        first, _, rest = self.step_text.partition("\n")
+        return f"{first}{more}\n{rest.rstrip()}\n{last}\n"
+
+
 def reloading(attempt: Callable[[], T], reload: Callable[[], None]) -> T:
     """``attempt()``; when the server answers NOSCRIPT (a flush, a restart, a failover),
     ``reload()`` and ``attempt()`` once more: the one place a call of a script the server
@@ -179,18 +202,18 @@ def explain(message: str) -> str:
     )
 
 
-FILTER_ADD = LuaScript("filter_add")
+FILTER_ADD = AddStep("filter_add")
 BLOOM_CONTAINS = LuaScript("bloom_contains")
-SET_ADD = LuaScript("set_add")
-SCALABLE_ADD = LuaScript("scalable_add")
+SET_ADD = AddStep("set_add")
+SCALABLE_ADD = AddStep("scalable_add")
 SCALABLE_CONTAINS = LuaScript("scalable_contains")
-HASH_ADD = LuaScript("hash_add")
-COMPACT_ADD = LuaScript("compact_add")
+HASH_ADD = AddStep("hash_add")
+COMPACT_ADD = AddStep("compact_add")
 COMPACT_CONTAINS = LuaScript("compact_contains")
 HASH_CONTAINS = LuaScript("hash_contains")
-HASH_FIELD_ADD = LuaScript("hash_field_add")
+HASH_FIELD_ADD = AddStep("hash_field_add")
 HASH_FIELD_CONTAINS = LuaScript("hash_field_contains")
-NATIVE_ADD = LuaScript("native_add")
+NATIVE_ADD = AddStep("native_add")
 NATIVE_CONTAINS = LuaScript("native_contains")
 META_INIT = LuaScript("meta_init")
 BITMAP_ALLOC = LuaScript("bitmap_alloc")

@@ -1,11 +1,7 @@
 -- include: prelude, frontier_runs
 -- The frontier's shard (scrapy_dedup_suite/frontier/queue.py): its queue of runs
 -- (frontier_runs), its leases and their expiries, its counters.
--- A script that records and enqueues (an add script with this fragment, see
--- frontier_take) gets as its last keys the shard's queue, leases, lease expiries and
--- counters and, after the add script's own arguments, per fingerprint its request's
--- priority and entry, then the lease ids it acknowledges, how many, and how many of
--- ARGV were the add script's.
+-- What records and enqueues in one call: frontier_record, below.
 
 -- A member read back from the frontier's other keys, "priority entry": the priority (a
 -- whole number) and the entry, or nil for anything else (another client's, an older
@@ -47,43 +43,43 @@ local function frontier_ack(leases, expiries, ids)
   end
 end
 
--- Take the frontier's part off KEYS and ARGV, so that the add script reads its own
--- (and the fragments it uses read them) as when it runs alone; check the types of
--- what the pushes and acknowledgements will write. Returns the queue, the (priority,
--- entry) pairs, the leases and expiries keys, the lease ids to acknowledge and the
--- counters key.
-local function frontier_take()
-  local own = tonumber(table.remove(ARGV))
-  local nacks = tonumber(table.remove(ARGV))
-  local counters, expiries = table.remove(KEYS), table.remove(KEYS)
-  local leases, queue = table.remove(KEYS), table.remove(KEYS)
-  local pairs_, acks = {}, {}
-  for i = own + 1, #ARGV - nacks do pairs_[#pairs_ + 1] = ARGV[i] end
-  for i = #ARGV - nacks + 1, #ARGV do acks[#acks + 1] = ARGV[i] end
-  for i = #ARGV, own + 1, -1 do ARGV[i] = nil end
+-- Record fingerprints with a layout's add step and enqueue the requests of those it
+-- wrote as new, in one script run: the script of each layout family that records and
+-- enqueues is `return frontier_record(KEYS, ARGV, dedup_add)` after its add step
+-- (scripts.AddStep, frontier/record.py).
+-- keys: the add step's keys, then the shard's queue, leases, lease expiries and
+-- counters (its last four).
+-- argv[1]: how many of the arguments after these two are the add step's; argv[2]: how
+-- many lease ids end argv (the leases this call acknowledges); then the add step's
+-- arguments, per fingerprint its request's priority and entry, then the lease ids.
+-- add(keys, argv): the add step, one answer per fingerprint (> 0 seen; ANSWER_MORE
+-- .. 0 new, written; below ANSWER_MORE nothing written, to be sent again: answers.py).
+-- The request of each fingerprint written as new is pushed, then the leases are
+-- acknowledged (last: an error before leaves them held). Returns the add's answers.
+local function frontier_record(keys, argv, add)
+  local own, nacks = tonumber(argv[1]), tonumber(argv[2])
+  local n = #keys
+  local queue, leases, expiries, counters = keys[n - 3], keys[n - 2], keys[n - 1], keys[n]
+  local add_keys, add_argv, pairs_, acks = {}, {}, {}, {}
+  for i = 1, n - 4 do add_keys[i] = keys[i] end
+  for i = 3, 2 + own do add_argv[#add_argv + 1] = argv[i] end
+  for i = 3 + own, #argv - nacks do pairs_[#pairs_ + 1] = argv[i] end
+  for i = #argv - nacks + 1, #argv do acks[#acks + 1] = argv[i] end
   frontier_check(queue, counters)
   if #acks > 0 then
     dedup_check_type(leases, 'hash', 'the frontier leases')
     dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
   end
-  return { queue, pairs_, leases, expiries, acks, counters }
-end
-
--- After the add script answered ``out`` (one answer per fingerprint: > 0 seen;
--- ANSWER_MORE .. 0 new, written; below ANSWER_MORE nothing written, to be sent
--- again; answers.py): push the request
--- of each fingerprint written as new, then acknowledge the leases named (last: an
--- error before leaves them held). Returns ``out``.
-local function frontier_enqueue(taken, out)
-  local pairs_, items = taken[2], {}
+  local out = add(add_keys, add_argv)
+  local items = {}
   for i = 1, #out do
     local answer = out[i]
     if answer <= 0 and answer >= ANSWER_MORE then
       items[#items + 1] = { pairs_[2 * i - 1], pairs_[2 * i] }
     end
   end
-  frontier_push(taken[1], items, false)
-  frontier_count(taken[6], #items)
-  frontier_ack(taken[3], taken[4], taken[5])
+  frontier_push(queue, items, false)
+  frontier_count(counters, #items)
+  frontier_ack(leases, expiries, acks)
   return out
 end

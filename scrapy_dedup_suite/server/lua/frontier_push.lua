@@ -1,10 +1,12 @@
 -- include: prelude, frontier
--- Enqueue requests without recording them (dont_filter, a takeover's chunk):
--- KEYS: the shard's queue, leases, expiries and counters; ARGV: per request its
--- priority and entry, then 0 (no lease acknowledged) and 0.
+-- Enqueue requests without recording them (dont_filter, a takeover's chunk).
+-- KEYS[1]: the shard's queue, KEYS[2]: its counters; ARGV: per request its priority
+-- and entry.
 -- Returns how many were enqueued.
-local taken = frontier_take()
-local out = {}
-for i = 1, #taken[2] / 2 do out[i] = 0 end
-frontier_enqueue(taken, out)
-return #out
+local queue, counters = KEYS[1], KEYS[2]
+frontier_check(queue, counters)
+local items = {}
+for i = 1, #ARGV, 2 do items[#items + 1] = { ARGV[i], ARGV[i + 1] } end
+frontier_push(queue, items, false)
+frontier_count(counters, #items)
+return #items

@@ -7,12 +7,12 @@
 -- or below ANSWER_MORE (more of the schedule needed: answers.py).
 local h1, h2 = dedup_hashes(ARGV[1])
 if not h1 then dedup_bad_fingerprint(ARGV[1]) end
-local sched = dedup_schedule(3, #ARGV)
+local sched = dedup_schedule(ARGV, 3, #ARGV)
 local size = #sched + 1
 for b = 1, #KEYS / size do
   local g = 1 + (b - 1) * size
-  local n = dedup_layer_state(g)
+  local n = dedup_layer_state(KEYS, g)
   if n > #sched then return dedup_need_layers(n) end
-  if dedup_layers_hold(g, n, sched, h1, h2) then return b end
+  if dedup_layers_hold(KEYS, g, n, sched, h1, h2) then return b end
 end
 return 0

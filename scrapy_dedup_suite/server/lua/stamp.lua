@@ -17,16 +17,16 @@ local function dedup_stamp(key, want)
     .. ', this filter is ' .. want)
 end
 
--- Refuse, before anything is written, a call whose groups of ``size`` keys
--- (each starting with its stamp) hold a stamp of other parameters. A call of one
+-- Refuse, before anything is written, a call whose groups of ``size`` keys of
+-- ``keys`` (each starting with its stamp) hold a stamp of other parameters. A call of one
 -- group (the per-request path) needs no such pass: dedup_stamp checks its stamp
 -- before its first write.
-local function dedup_check_stamps(size, want)
-  if #KEYS <= size then return end
-  for g = 1, #KEYS, size do
-    local have = rcall('GET', KEYS[g])
+local function dedup_check_stamps(keys, size, want)
+  if #keys <= size then return end
+  for g = 1, #keys, size do
+    local have = rcall('GET', keys[g])
     if have and have ~= want then
-      dedup_fail('STAMP', 'stamp ' .. KEYS[g] .. ' says the data beside it was written as ' .. have
+      dedup_fail('STAMP', 'stamp ' .. keys[g] .. ' says the data beside it was written as ' .. have
         .. ', this filter is ' .. want)
     end
   end
