@@ -1056,7 +1056,7 @@ def test_the_worker_that_sets_a_request_aside_for_coming_back_too_often_names_it
     for _ in range(2):  # a worker dies holding it, twice
         FrontierQueue(server, [scheduler.queue_key]).call(shard, 0, take=1, max_returns=1)
     with caplog.at_level("ERROR"):
-        scheduler._call(shard, 0)
+        scheduler.calls.call(shard, 0)
     said = [
         r.getMessage() for r in caplog.records if "taken by 2 workers in turn" in r.getMessage()
     ]

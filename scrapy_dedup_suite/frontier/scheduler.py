@@ -44,10 +44,11 @@ from .frontier_options import FrontierOptions
 from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
-from .leases import Holdings, LeaseKeeper, say_returned
+from .leases import Holdings, LeaseKeeper
 from .queue import FrontierQueue, Shard
 from .record import load_scripts
 from .refusals import Refusals, wrong_type
+from .shard_calls import ShardCalls
 from .takeover import old_queue, take_over
 
 if TYPE_CHECKING:
@@ -96,10 +97,15 @@ class Scheduler(BaseScheduler):
         self.waker = EngineWaker(lambda: engine_slot(crawler))
         self.acks_due = OneShot(self._acknowledge)  # (when no other call took them)
         self._acknowledging: task.LoopingCall | None = None
+        #: The calls to the shards, each carrying what waits for its shard.
+        self.calls = ShardCalls(
+            lambda: self.queue, self.lease_ms, options.max_returns, self.holdings,
+            self.later, self.incoming, self.looks, self.codec, self._count,
+        )  # fmt: skip
         #: Renews the leases held, from a thread of its own (:mod:`.leases`).
         self.keeper = LeaseKeeper(
             lambda: self.queue, self.lease_ms, options.max_returns,
-            lambda: self.holdings.ids(self.later.waiting), self._reclaimed,
+            lambda: self.holdings.ids(self.later.waiting), self.calls.reclaimed,
             lambda exc: self.refusals.failed(exc, "renew its leases"),
         )  # fmt: skip
         #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
@@ -206,7 +212,7 @@ class Scheduler(BaseScheduler):
         released = self.holdings.give_back()
         for shard in {*released, *self.holdings.acks, *self.later.waiting}:
             try:
-                self._call(shard, 0, release=released.get(shard, ()))
+                self.calls.call(shard, 0, release=released.get(shard, ()))
             except Exception as exc:  # their leases end and go back by themselves
                 logger.warning("Could not give back the frontier's leases at close: %s", exc)
         self._count("frontier/released", sum(len(ids) for ids in released.values()))
@@ -267,7 +273,7 @@ class Scheduler(BaseScheduler):
         assert self.queue is not None
         for shard in self.looks.to_take(self.queue.shards):
             try:
-                leased = self._call(shard, self.options.prefetch)
+                leased = self.calls.call(shard, self.options.prefetch)
             except Exception as exc:  # Redis away: nothing taken; the engine asks again
                 self.refusals.failed(exc, "lease requests")
                 return
@@ -284,7 +290,7 @@ class Scheduler(BaseScheduler):
         shard = next(self.looks.to_take(queue.shards), None)
         if shard is None:
             return
-        acks, later = self._carried(shard)
+        acks, later = self.calls.carried(shard)
 
         def call(*args: Any, **kwargs: Any) -> Any:  # (in the thread)
             leased = queue.call(*args, **kwargs)
@@ -293,7 +299,7 @@ class Scheduler(BaseScheduler):
 
         def answered(leased: Any) -> None:
             self._ahead = None
-            self._called(shard, acks, leased)
+            self.calls.called(shard, acks, leased)
             self._took(shard, leased)  # (after a close began: given back by the close)
             self.holdings.arriving = None
             self._forget_if_idle()
@@ -301,7 +307,7 @@ class Scheduler(BaseScheduler):
 
         def failed(failure: Failure) -> None:
             self._ahead = None
-            self._keep(shard, acks, later)
+            self.calls.keep(shard, acks, later)
             self.refusals.failed(failure.value, "lease requests")
             self.waker.now()
 
@@ -331,48 +337,11 @@ class Scheduler(BaseScheduler):
             self.waker.found()
         if aside:
             try:
-                self._call(shard, 0, aside=aside)
+                self.calls.call(shard, 0, aside=aside)
                 self._count("frontier/set_aside", len(aside))
             except Exception as exc:  # still leased: back to the queue when its lease ends
                 self.incoming.quiet.warn("The frontier could not set requests aside: %s", exc)
         return bool(leased.requests)
-
-    def _call(
-        self, shard: Shard, take: int, release: Any = (), renew: Any = (), aside: Any = ()
-    ) -> Any:
-        """One call to ``shard`` here and now, carrying its acknowledgements."""
-        assert self.queue is not None
-        acks, later = self._carried(shard)
-        most = self.options.max_returns
-        try:
-            leased = self.queue.call(
-                shard, self.lease_ms, take, acks, renew, release, aside, later, most
-            )
-        except Exception:
-            self._keep(shard, acks, later)
-            raise
-        self._called(shard, acks, leased)
-        return leased
-
-    def _carried(self, shard: Shard) -> tuple[list[str], list[Any]]:
-        """The acknowledgements and the pages to try again later a call to ``shard``
-        carries (none while a request waits to be recorded: its parent may be among
-        them)."""
-        if self.incoming.unpushed:
-            return [], []
-        return self.holdings.acks.take(shard), self.later.carried(shard)
-
-    def _keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:
-        """What a call that failed carried waits for the next call to ``shard``."""
-        self.holdings.acks.add(shard, acks)
-        self.later.keep(shard, later)
-
-    def _called(self, shard: Shard, acks: list[str], leased: Any) -> None:
-        """Count what a call to ``shard`` answered; remember what it said of the shard."""
-        self._count("frontier/acknowledged", len(acks))
-        self._reclaimed(shard, leased)
-        ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
-        self.looks.saw(shard, leased.waiting, leased.held - ours, leased.due_in)
 
     def _done(self, request: Request) -> None:
         held = self.holdings.in_flight.pop(request, None)
@@ -394,12 +363,6 @@ class Scheduler(BaseScheduler):
         if not self.holdings.in_flight and not self.holdings.taken:
             self.looks.forget()
 
-    def _reclaimed(self, shard: Shard, leased: Any) -> None:
-        """Count the leases a call to ``shard`` took back; name those it set aside."""
-        self._count("frontier/reclaimed", leased.reclaimed)
-        said = say_returned(self.codec, shard, leased.returned, self.options.max_returns)
-        self._count("frontier/returned_aside", said)
-
     def _acknowledge(self) -> None:
         """ACK_WITHIN after a page is done, and every third of the lease: acknowledge
         what this worker is done with (and record what waits to be), when no other call
@@ -410,8 +373,8 @@ class Scheduler(BaseScheduler):
             return  # (its parent may be among the acknowledgements)
         for shard in {*self.holdings.acks, *self.later.waiting}:
             try:
-                self._call(shard, 0)
-            except Exception as exc:  # (_call kept the acknowledgements for the next)
+                self.calls.call(shard, 0)
+            except Exception as exc:  # (the call kept the acknowledgements for the next)
                 self.refusals.failed(exc, "acknowledge its leases")
 
     # -- idle --------------------------------------------------------------------------
@@ -444,7 +407,7 @@ class Scheduler(BaseScheduler):
         """What the shards say (:meth:`ShardLooks.totals`), each call acknowledging
         what this worker is done with."""
         assert self.queue is not None
-        return self.looks.totals(self.queue.shards, lambda shard: self._call(shard, 0))
+        return self.looks.totals(self.queue.shards, lambda shard: self.calls.call(shard, 0))
 
     def _count(self, name: str, n: int = 1) -> None:
         if n and self.stats is not None:

@@ -1,0 +1,94 @@
+"""A worker's calls to the queue's shards (:class:`ShardCalls`): each carries what
+waits for its shard (acknowledgements, pages to try again later), and what it
+answered is counted and remembered (what the shard says, leases reclaimed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .idle import ShardLooks
+from .leases import Holdings, say_returned
+from .queue import FrontierQueue, Leased, Shard
+
+if TYPE_CHECKING:
+    from .codec import RequestCodec
+    from .incoming import Incoming
+    from .later import RetryLater
+
+
+class ShardCalls:
+    """The scheduler's calls to the shards of ``queue()`` (None before the open),
+    each with ``lease_ms`` and FRONTIER_MAX_RETURNS ``max_returns``; ``holdings``,
+    ``later``, ``incoming`` and ``looks`` are the scheduler's, ``count`` its stats."""
+
+    def __init__(
+        self,
+        queue: Callable[[], FrontierQueue | None],
+        lease_ms: int,
+        max_returns: int,
+        holdings: Holdings,
+        later: RetryLater,
+        incoming: Incoming,
+        looks: ShardLooks,
+        codec: RequestCodec,
+        count: Callable[..., None],
+    ) -> None:
+        self.queue = queue
+        self.lease_ms = lease_ms
+        self.max_returns = max_returns
+        self.holdings = holdings
+        self.later = later
+        self.incoming = incoming
+        self.looks = looks
+        self.codec = codec
+        self.count = count
+
+    def call(
+        self,
+        shard: Shard,
+        take: int,
+        release: Sequence[str] = (),
+        renew: Sequence[str] = (),
+        aside: Sequence[str] = (),
+    ) -> Leased:
+        """One call to ``shard`` here and now, carrying its acknowledgements."""
+        queue = self.queue()
+        assert queue is not None
+        acks, later = self.carried(shard)
+        most = self.max_returns
+        try:
+            leased = queue.call(
+                shard, self.lease_ms, take, acks, renew, release, aside, later, most
+            )
+        except Exception:
+            self.keep(shard, acks, later)
+            raise
+        self.called(shard, acks, leased)
+        return leased
+
+    def carried(self, shard: Shard) -> tuple[list[str], list[Any]]:
+        """The acknowledgements and the pages to try again later a call to ``shard``
+        carries (none while a request waits to be recorded: its parent may be among
+        them)."""
+        if self.incoming.unpushed:
+            return [], []
+        return self.holdings.acks.take(shard), self.later.carried(shard)
+
+    def keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:
+        """What a call that failed carried waits for the next call to ``shard``."""
+        self.holdings.acks.add(shard, acks)
+        self.later.keep(shard, later)
+
+    def called(self, shard: Shard, acks: list[str], leased: Leased) -> None:
+        """Count what a call to ``shard`` answered; remember what it said of the shard."""
+        self.count("frontier/acknowledged", len(acks))
+        self.reclaimed(shard, leased)
+        ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
+        self.looks.saw(shard, leased.waiting, leased.held - ours, leased.due_in)
+
+    def reclaimed(self, shard: Shard, leased: Leased) -> None:
+        """Count the leases a call to ``shard`` took back; name those it set aside."""
+        self.count("frontier/reclaimed", leased.reclaimed)
+        said = say_returned(self.codec, shard, leased.returned, self.max_returns)
+        self.count("frontier/returned_aside", said)
