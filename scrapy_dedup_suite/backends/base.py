@@ -103,7 +103,8 @@ class DedupBackend(StoredFilter):
         context = layout.context(self.server)
         group, args = layout.place(fingerprint, expire)
         keys = layout.keys(group, context)
-        args = [*layout.header(context, self.stamp), 1, *args]
+        # (the attribute first: the property is a call more on every request)
+        args = [*layout.header(context, self._stamp or self.stamp), 1, *args]
         if self.wait_replicas:
             answer = calls.run_and_wait(self, layout.add_script, keys, args)[0]
         else:
