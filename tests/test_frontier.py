@@ -14,7 +14,7 @@ import redis
 from scrapy_dedup_suite.backends.keys import slot_of
 from scrapy_dedup_suite.frontier.acks import PendingAcks
 from scrapy_dedup_suite.frontier.figures import shard_counts
-from scrapy_dedup_suite.frontier.queue import FrontierQueue
+from scrapy_dedup_suite.frontier.queue import FrontierQueue, Shard
 from scrapy_dedup_suite.frontier.record import record_and_enqueue
 
 ON_CLUSTER = True
@@ -1246,3 +1246,26 @@ def test_a_backend_whose_add_script_is_no_add_step_is_refused_at_the_open_in_one
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "'plain_digest_add' is not declared as an add step" in errors[0]
     assert server.keys("*:frontier*") == []
+
+
+def test_pending_acks_know_since_when_the_oldest_has_waited():
+    """What the metrics' oldest acknowledgement wait reads (issue 56): set when the first
+    waits, kept across a batch that takes them all and gives some back, cleared when
+    none waits."""
+    import time
+
+    shard, other = Shard("{a}:frontier"), Shard("{b}:frontier")
+    acks = PendingAcks()
+    assert acks.since is None and len(acks) == 0
+    before = time.monotonic()
+    acks.add(shard, ["w:1"])
+    first = acks.since
+    assert first is not None and first >= before
+    acks.add(other, ["w:2"])
+    assert acks.since == first  # (the oldest's)
+    batch = acks.take_all()
+    assert acks.since is None and batch.since == first
+    batch.take(shard)
+    assert acks.give_back(batch) == 1 and acks.since == first  # (w:2 still waits)
+    acks.take(other)
+    assert acks.since is None and not acks

@@ -33,8 +33,9 @@ class PendingAcks:
         return iter(list(self._by_shard))
 
     def __len__(self) -> int:
-        """How many lease ids wait, over every shard."""
-        return sum(len(ids) for ids in self._by_shard.values())
+        """How many lease ids wait, over every shard (read by the metrics' thread too:
+        a copy of the lists, taken at once)."""
+        return sum(len(ids) for ids in list(self._by_shard.values()))
 
     def add(self, shard: Shard, ids: Iterable[str]) -> None:
         """``ids`` wait for the next call to ``shard`` (a call that did not carry

@@ -173,6 +173,8 @@ class DedupMetrics:
     def spider_closed(self, spider: Spider) -> None:
         self._stop.set()
         if self.gateway:
+            with self._lock:
+                self._queue_at = float("-inf")  # (the queue as the close left it)
             self._push()  # (the last figures, the close's included)
         if self.httpd is not None:
             self.httpd.shutdown()
