@@ -16,7 +16,7 @@ from ..backends.keys import as_str, failed_key, meta_key, read_hash, spider_key
 from ..backends.reports import as_json
 from ..core.config import human_bytes
 from ..exceptions import DedupError
-from ..frontier.figures import crawl_figures, crawl_status
+from ..frontier.figures import crawl_figures
 from ..frontier.frontier_options import retry_wait
 from ..frontier.queue import FrontierQueue
 from ..operations.frontier_picture import History, picture
@@ -84,8 +84,6 @@ class Command(DedupCommand):
                 print(render(opts.spider, found), flush=True)
 
 
-#: The line that names the workers seen (the picture draws them instead).
-WORKERS_LINE = "  workers' last calls (the last hour): "
 #: What a terminal takes to go to its top left corner and clear the screen.
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -106,8 +104,7 @@ def watch(settings: Settings, spider: str, server: Any, every: float, as_lines: 
             else:
                 now = time.strftime("%Y-%m-%d %H:%M:%S")
                 head = f"{now}, spider {spider!r}, every {every:g} s (Ctrl-C to stop)"
-                first, _, *rest = _frontier_lines(view)  # (the status: the picture's first)
-                rest = [line for line in rest if not line.startswith(WORKERS_LINE)]
+                first, *rest = _frontier_lines(view, drawn=True)
                 text = "\n".join([head, first, *picture(view, history), *rest])
             print((CLEAR if redraw else "") + text, flush=True)
             time.sleep(every)
@@ -176,8 +173,7 @@ def frontier_view(
     own queue if one is there to take over."""
     queue = queue or frontier_queue(settings, spider, server)
     queue_key = queue_key_of(settings, spider)
-    lease = read(settings, "FRONTIER_LEASE")
-    view = crawl_figures(queue, lease)
+    view = crawl_figures(queue, read(settings, "FRONTIER_LEASE"), retry_wait(settings))
     kind = as_str(server.type(queue_key))
     view["scrapy_redis_queue"] = {
         "key": queue_key,
@@ -186,7 +182,6 @@ def frontier_view(
         if kind in ("zset", "list")
         else 0,
     }
-    view["status"], view["status_detail"] = crawl_status(view, lease, retry_wait(settings))
     return view
 
 
@@ -209,17 +204,18 @@ def render(spider: str, found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _frontier_lines(f: dict[str, Any]) -> list[str]:
-    """The frontier's queue, in words."""
+def _frontier_lines(f: dict[str, Any], drawn: bool = False) -> list[str]:
+    """The frontier's queue, in words; ``drawn``: without the status and the workers,
+    which ``--watch``'s picture draws."""
     lines = [f"frontier scheduler's queue at {f['queue']!r} ({f['shards']} shard(s)):"]
-    lines.append(f"  {f['status']}: {f['status_detail']}")
     seen = f["workers_seen"]
-    if seen:
-        named = ", ".join(
-            f"{w} {ago:,.0f} s ago" for w, ago in sorted(seen.items(), key=lambda x: x[1])[:8]
-        )
+    if not drawn:
+        lines.append(f"  {f['status']}: {f['status_detail']}")
+    if seen and not drawn:
+        latest = sorted(seen.items(), key=lambda item: item[1])[:8]
+        named = ", ".join(f"{w} {ago:,.0f} s ago" for w, ago in latest)
         more = f" and {len(seen) - 8:,} more" if len(seen) > 8 else ""
-        lines.append(f"{WORKERS_LINE}{named}{more}")
+        lines.append(f"  workers' last calls (the last hour): {named}{more}")
     if not f["waiting"] and not f["leased"]:
         lines.append("  nothing waiting, nothing leased")
     else:

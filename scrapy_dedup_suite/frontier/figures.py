@@ -15,6 +15,14 @@ from .queue import FrontierQueue, Shard, whole_priority
 SEEN_WITHIN = 60.0
 
 
+def server_ms(server: Any) -> float:
+    """The server's clock in ms, to the microsecond: a lease that ends this millisecond
+    reads as ended once it has (``connection.server_time_ms`` keeps whole ms, as the
+    expiries are written)."""
+    seconds, micros = server.time()
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
 @dataclass
 class ShardCounts:
     """What one shard of the queue holds."""
@@ -37,13 +45,6 @@ class ShardCounts:
     bad: int = 0
     #: Workers whose calls reached the shard in the last hour: seconds since the last.
     seen: dict[str, float] = field(default_factory=dict)
-
-
-def server_ms(server: Any) -> float:
-    """The server's clock, in ms (a Cluster's: one node's; they share leases' clocks
-    no better)."""
-    seconds, micros = server.time()
-    return int(seconds) * 1000 + int(micros) / 1000
 
 
 def shard_counts(
@@ -91,9 +92,11 @@ def shard_counts(
     )
 
 
-def crawl_figures(queue: FrontierQueue, lease: float) -> dict[str, Any]:
+def crawl_figures(queue: FrontierQueue, lease: float, retry_wait: float) -> dict[str, Any]:
     """The queue's figures over its shards (see ``dedup-info``'s JSON), with the crawl's
-    status (:func:`crawl_status`) for FRONTIER_LEASE ``lease``."""
+    status (:func:`crawl_status`) for FRONTIER_LEASE ``lease`` and the wait for pages to
+    try again ``retry_wait`` (:func:`~.frontier_options.retry_wait`). The server's
+    clock is read once (a Cluster's: one node's; leases keep to theirs no better)."""
     now_ms = server_ms(queue.server)
     shards = [shard_counts(queue, shard, now_ms) for shard in queue.shards]
     held_by: dict[str, int] = {}
@@ -125,8 +128,10 @@ def crawl_figures(queue: FrontierQueue, lease: float) -> dict[str, Any]:
         "bytes_per_request": round(memory / held, 1) if held else None,
         "workers_seen": {w: round(ago, 1) for w, ago in sorted(seen.items())},
         "workers_seen_within": within,
+        "workers_seen_lately": sum(1 for ago in seen.values() if ago <= within),
         "per_shard": [asdict(s) for s in shards],
     }
+    view["status"], view["status_detail"] = crawl_status(view, lease, retry_wait)
     return view
 
 
@@ -144,9 +149,8 @@ def crawl_status(view: dict[str, Any], lease: float, retry_wait: float) -> tuple
     """
     waiting, leased, later = view["waiting"], view["leased"], view["retry_later"]
     due = view["next_retry_in"]
-    within = view["workers_seen_within"]
-    recent = [w for w, ago in view["workers_seen"].items() if ago <= within]
-    seen = f"{len(recent):,} worker(s) seen in the last {within:,.0f} s"
+    within, recent = view["workers_seen_within"], view["workers_seen_lately"]
+    seen = f"{recent:,} worker(s) seen in the last {within:,.0f} s"
     if not waiting and not leased and (not later or due > retry_wait):
         if not later:
             return "finished", "nothing waits, no lease is held, no page waits to be tried again"

@@ -169,7 +169,7 @@ def queue_families(view: dict[str, Any], spider: str) -> Iterator[Metric]:
         f"workers whose last call to the queue is at most {within:.0f} s old",
         labels=["spider"],
     )
-    family.add_metric([spider], sum(1 for ago in view["workers_seen"].values() if ago <= within))
+    family.add_metric([spider], view["workers_seen_lately"])
     yield family
     family = GaugeMetricFamily(
         PREFIX + "frontier_status",

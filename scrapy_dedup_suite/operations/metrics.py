@@ -33,7 +33,7 @@ from scrapy.exceptions import NotConfigured
 from ..backends import build_backend
 from ..dedup.engine_state import engine_scheduler
 from ..exceptions import shown_url
-from ..frontier.figures import crawl_figures, crawl_status
+from ..frontier.figures import crawl_figures
 from ..frontier.frontier_options import retry_wait
 from ..frontier.queue import worker_name
 from ..frontier.scheduler import Scheduler
@@ -225,7 +225,9 @@ class DedupMetrics:
             if queue is not None and now - self._queue_at >= self.interval:
                 self._queue_at = now
                 self._queue = None
-                self._queue = self._queue_view(queue)
+                settings = self.crawler.settings
+                lease = read(settings, "FRONTIER_LEASE")
+                self._queue = crawl_figures(queue, lease, retry_wait(settings))
             if self.filter_every and self.spider and now - self._filter_at >= self.filter_every:
                 self._filter_at = now
                 self._filter = None
@@ -243,13 +245,6 @@ class DedupMetrics:
         open yet)."""
         scheduler = engine_scheduler(self.crawler)
         return scheduler.queue if isinstance(scheduler, Scheduler) else None
-
-    def _queue_view(self, queue: Any) -> dict[str, Any]:
-        settings = self.crawler.settings
-        lease = read(settings, "FRONTIER_LEASE")
-        view = crawl_figures(queue, lease)
-        view["status"], _ = crawl_status(view, lease, retry_wait(settings))
-        return view
 
     def _filter_figures(self) -> tuple[int, float | None, str]:
         backend = build_backend(self.crawler.settings, self.spider)
