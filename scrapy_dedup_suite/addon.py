@@ -34,7 +34,7 @@ from .dedup.failed import FailedPagesMiddleware
 from .dedup.middleware import BatchDedupMiddleware
 from .frontier.scheduler import Scheduler
 from .operations.janitor import JanitorExtension
-from .operations.metrics import DedupMetrics
+from .operations.metrics import DedupMetrics, metrics_asked
 from .operations.summary import DedupSummary
 from .settings.table import given_settings, read
 
@@ -88,9 +88,7 @@ class Addon:
         ]
         if capabilities.purge_expired or capabilities.restore_expiry:
             components.append(("EXTENSIONS", JanitorExtension, JANITOR_ORDER))
-        if read(settings, "DEDUP_METRICS_PORT") is not None or read(
-            settings, "DEDUP_METRICS_PUSHGATEWAY"
-        ):
+        if metrics_asked(settings):
             components.append(("EXTENSIONS", DedupMetrics, METRICS_ORDER))
         _frontier(settings, said, kept)
         for name, cls, order in components:

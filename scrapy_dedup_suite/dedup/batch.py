@@ -18,14 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.calls import FailedCall
 from ..exceptions import DedupBackendError
 from ..server.connection import failure_text
-from ..server.failures import (
-    ErrorPolicy,
-    as_failure,
-    code_of,
-    error_kind,
-    is_transient,
-    translate,
-)
+from ..server.failures import ErrorPolicy, as_failure, code_of, is_transient, translate
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -342,16 +335,15 @@ class Batches:
         for name, value in (
             ("dedup/retries", result.retries),
             ("dedup/read_only_filtered", result.read_only),
-            ("dedup/errors", tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)),
             ("dedup/added", tally.get(NEW, 0)),
             ("dedup/ambiguous", tally.get(AMBIGUOUS, 0)),
             ("dedup/batch_deferred", tally.get(DEFERRED, 0)),
         ):
             if value:
                 count(name, value)
-        errors = tally.get(UNCHECKED, 0) + tally.get(FAILED, 0)
-        if errors:
-            count(f"dedup/errors/{error_kind(result.error or result.failure)}", errors)
+        self.counts.errors(
+            tally.get(UNCHECKED, 0) + tally.get(FAILED, 0), result.error or result.failure
+        )
 
     @staticmethod
     def _warn(result: BatchResult, tally: Counter[str]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..server.failures import error_kind
+
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
@@ -39,6 +41,13 @@ class DedupCounts:
         """Add ``value`` to the stat ``name``."""
         if self.stats is not None:
             self.stats.inc_value(name, value)
+
+    def errors(self, count: int, cause: BaseException | None) -> None:
+        """``count`` requests a failed call let through (or failed): ``dedup/errors``,
+        and ``dedup/errors/<kind>`` by the call's failure (:func:`error_kind`)."""
+        if count and self.stats is not None:
+            self.stats.inc_value("dedup/errors", count)
+            self.stats.inc_value(f"dedup/errors/{error_kind(cause)}", count)
 
     def set(self, name: str, value: object) -> None:
         if self.stats is not None:

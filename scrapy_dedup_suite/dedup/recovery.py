@@ -18,7 +18,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from ..exceptions import DedupBackendError, InvalidFingerprintError
 from ..server.connection import failure_text
-from ..server.failures import as_failure, code_of, error_kind, translate
+from ..server.failures import as_failure, code_of, translate
 from .local_cache import Unrecorded
 
 if TYPE_CHECKING:
@@ -133,8 +133,7 @@ class Recovery:
             self.counts.filtered()
             self.counts.count("dedup/unrecorded_filtered")
             return True
-        self.counts.count("dedup/errors")
-        self.counts.count(f"dedup/errors/{error_kind(cause)}")
+        self.counts.errors(1, cause)
         if raises:
             if not self.stop_crawl(error):
                 raise error from cause

@@ -44,10 +44,10 @@ class History:
         """How fast ``column`` (1: waiting, 2: leased) changed over the rounds shown."""
         if len(self.rounds) < 2:
             return ""
-        (t0, *first), (t1, *last) = self.rounds[0], self.rounds[-1]
-        if t1 <= t0:
+        first, last = self.rounds[0], self.rounds[-1]
+        if last[0] <= first[0]:
             return ""
-        per_second = (last[column - 1] - first[column - 1]) / (t1 - t0)
+        per_second = (last[column] - first[column]) / (last[0] - first[0])
         return f" ({per_second:+,.1f}/s)"
 
 

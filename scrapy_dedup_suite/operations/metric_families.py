@@ -78,11 +78,14 @@ def metric_name(stat: str) -> str:
 def stat_families(stats: Mapping[str, Any], labels: dict[str, str]) -> Iterator[Metric]:
     """The families of the worker's stats (see the module), labelled ``labels``."""
     names, values = list(labels), list(labels.values())
-    by_label: dict[str, CounterMetricFamily] = {}
-    for start, label in LABELLED.items():  # (each family declared, if empty)
-        name = f"{metric_name(start.rstrip('/'))}_by_{label}"
-        help_ = f"the stat {start}<{label}>"
-        by_label[name] = CounterMetricFamily(name, help_, labels=[*names, label])
+    by_label = {  # (each family declared, if empty)
+        start: CounterMetricFamily(
+            f"{metric_name(start.rstrip('/'))}_by_{label}",
+            f"the stat {start}<{label}>",
+            labels=[*names, label],
+        )
+        for start, label in LABELLED.items()
+    }
     stats = {**dict.fromkeys(ALWAYS, 0), **stats}
     for stat, value in sorted(stats.items()):
         if stat in SKIPPED or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -97,8 +100,7 @@ def stat_families(stats: Mapping[str, Any], labels: dict[str, str]) -> Iterator[
             continue
         prefix = next((p for p in LABELLED if stat.startswith(p)), None)
         if prefix is not None:
-            name = f"{metric_name(prefix.rstrip('/'))}_by_{LABELLED[prefix]}"
-            by_label[name].add_metric([*values, stat[len(prefix) :]], value)
+            by_label[prefix].add_metric([*values, stat[len(prefix) :]], value)
         elif stat in GAUGES:
             renamed, factor = GAUGES[stat]
             family = GaugeMetricFamily(PREFIX + renamed, f"the stat {stat}", labels=names)

@@ -57,6 +57,14 @@ logger = logging.getLogger("scrapy_dedup_suite.metrics")
 EXTRA = "pip install 'scrapy-dedup-suite[metrics]'"
 
 
+def metrics_asked(settings: Any) -> bool:
+    """Whether the project asked for metrics: a port to serve them on, or a
+    Pushgateway to push them to (the add-on adds the extension then)."""
+    return read(settings, "DEDUP_METRICS_PORT") is not None or bool(
+        read(settings, "DEDUP_METRICS_PUSHGATEWAY")
+    )
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
@@ -129,10 +137,7 @@ class DedupMetrics:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DedupMetrics:
-        settings = crawler.settings
-        if read(settings, "DEDUP_METRICS_PORT") is None and not read(
-            settings, "DEDUP_METRICS_PUSHGATEWAY"
-        ):
+        if not metrics_asked(crawler.settings):
             raise NotConfigured("neither DEDUP_METRICS_PORT nor DEDUP_METRICS_PUSHGATEWAY is set")
         try:
             import prometheus_client  # noqa: F401
