@@ -209,13 +209,33 @@ def test_redis_gone_is_one_warning_and_a_gauge_never_a_failed_scrape(
 
 
 @pytest.mark.single_server
+def a_held_port_with_a_free_next() -> tuple[socket.socket, int]:
+    """A listening socket on a port whose next port is free, both below the system's
+    ephemeral range, so that no connection another test opens can take the next port
+    between this check and the extension's bind (it did, once in CI, with port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    for port in range(max(ephemeral_low - 8000, 10000), ephemeral_low - 1, 7):
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", port))
+            with socket.socket() as after:
+                after.bind(("127.0.0.1", port + 1))
+        except OSError:
+            taken.close()
+            continue
+        taken.listen()
+        return taken, port
+    raise AssertionError("no two consecutive free ports below the ephemeral range")
+
+
 def test_a_busy_port_takes_the_next_of_the_range_and_none_free_is_one_error(
     server, redis_settings, caplog
 ):
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    port = taken.getsockname()[1]
+    taken, port = a_held_port_with_a_free_next()
     try:
         scheduler, ext = metered(redis_settings, DEDUP_METRICS_PORT=[port, port + 1])
         try:
