@@ -634,11 +634,11 @@ def test_an_outage_keeps_requests_and_costs_one_failed_call_a_second(server):
     df.backend.server = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens
     sent = [Request(f"http://example.com/{i}") for i in range(4)]
     assert all(incoming.enqueue(r) for r in sent[:3])  # taken, kept
-    assert counted["frontier/failed_calls"] == 1 and len(incoming.unpushed) == 3
+    assert counted["frontier/failed_calls"] == 1 and len(incoming.waiting) == 3
     df.backend.server = live
     now[0] += 1.5
     assert incoming.enqueue(sent[3])
-    assert incoming.unpushed == [] and counted["frontier/enqueued"] == 4
+    assert not incoming.waiting and counted["frontier/enqueued"] == 4
     assert sorted(e for _, _, e in take_all(queue)) == sorted(
         RequestCodec(_Spider()).encode(r, priority_apart=True) for r in sent
     )
@@ -717,9 +717,10 @@ def threaded_scheduler(redis_url, monkeypatch):
         calls.append((functools.partial(call, **kwargs), args, defer.Deferred()))
         return calls[-1][2]
 
-    scheduler.in_thread = in_thread
+    scheduler.taking.in_thread = in_thread
     monkeypatch.setattr(reactor, "running", True, raising=False)
     scheduler.open(SiteSpider())
+    scheduler.incoming.in_thread = None  # (requests recorded here and now: no timing)
     return scheduler, slot, woken, calls
 
 

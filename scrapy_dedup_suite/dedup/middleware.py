@@ -139,9 +139,9 @@ class BatchDedupMiddleware:
         self._threads = DaemonThreads("dedup-batch", self.threads, keep=1)
         self._dupefilter: RFPDupeFilter | None = None
         self._looked_up = False
-        #: Whether the scheduler is the frontier and this middleware batches for it.
+        #: Whether the scheduler is the frontier, which batches by itself (None: not
+        #: known yet).
         self._frontier: bool | None = None
-        self._frontier_scheduler: Any = None
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -218,6 +218,10 @@ class BatchDedupMiddleware:
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
+        if self.under_frontier():
+            async for out in result:  # (the frontier batches them itself)
+                yield out
+            return
         pending: list[Request] = []
         try:
             async for out in result:
@@ -245,9 +249,6 @@ class BatchDedupMiddleware:
             checked.raise_failure()
 
     async def _check(self, requests: Sequence[Request], spider: Spider | None) -> Checked:
-        frontier = self.frontier()
-        if frontier is not None:
-            return await self._enqueue(frontier, requests)
         df = self.dupefilter()
         if df is None:
             return Checked(requests)
@@ -265,30 +266,25 @@ class BatchDedupMiddleware:
             result = BatchResult([UNCHECKED] * len(requests), error=ClientFailure(exc))
         return Checked(batches.account(batch, result, spider), result.failure)
 
-    def frontier(self) -> Any:
-        """The scheduler, when it is the frontier and nothing after this middleware can
-        drop or replace requests: it records and enqueues a batch in one call per slot
-        group (the dupefilter's batch path alone would record requests the frontier
-        has not enqueued yet; under it, this middleware never uses that path)."""
+    def under_frontier(self) -> bool:
+        """Whether the scheduler is the frontier: it records and enqueues what the
+        engine hands it a batch at a time, so this middleware passes everything on (said
+        once). False until the engine opened the spider."""
         if self._frontier is None:
             scheduler = engine_scheduler(self.crawler)
             if scheduler is None:
-                return None  # the engine has not opened the spider yet: look again later
+                return False  # the engine has not opened the spider yet: look again later
             # (By what it says of itself: Scrapy's BaseScheduler makes isinstance() true
             # for any object with a scheduler's three methods.)
-            ours = is_frontier(type(scheduler))
-            self._frontier = ours and self._placed_last()
-            self._frontier_scheduler = scheduler
-            self._looked_up |= ours  # (no dupefilter then)
-        return self._frontier_scheduler if self._frontier else None
-
-    async def _enqueue(self, frontier: Any, requests: Sequence[Request]) -> Checked:
-        """The frontier's batch: prepared here, sent in a thread, counted here."""
-        incoming = frontier.incoming
-        batch = incoming.enqueue_many(requests)
-        deferred = self._threads(incoming.send, batch)
-        seen = await maybe_deferred_to_future(deferred)
-        return Checked(incoming.enqueued_many(batch, seen))
+            self._frontier = is_frontier(type(scheduler))
+            self._looked_up |= self._frontier  # (no dupefilter then)
+            if self._frontier:
+                logger.info(
+                    "BatchDedupMiddleware passes requests on: the frontier scheduler "
+                    "records and enqueues them a batch at a time itself (the middleware "
+                    "is not needed with it)"
+                )
+        return self._frontier
 
     def _spider_closed(self) -> None:
         if self._dupefilter is not None:

@@ -1,28 +1,47 @@
 """Requests on their way into the frontier: encoded, recorded and enqueued in one call
-per slot group (:mod:`.record`), one by one (the scheduler's ``enqueue_request``) or a
-page's batch (BatchDedupMiddleware: prepared on the reactor thread, sent in a thread,
-counted on the reactor thread). Each call also carries the acknowledgements waiting
-for its shard (a call that happens anyway). A request whose call failed is kept and
-sent again: until then nothing is acknowledged, since its parent may be among it."""
+per slot group (:mod:`.record`), a batch at a time, without a round trip on the reactor
+thread for each request.
+
+``enqueue_request`` fingerprints a request, asks the local cache, and hands it on: it
+waits in :attr:`Incoming.waiting` until the end of the reactor's turn (a page's links
+arrive in one turn), when the requests waiting go in one batch to a thread of their
+own; the answer is counted on the reactor thread. One batch is in flight at a time;
+what arrives meanwhile goes in the next. A request the frontier finds seen then was
+already said enqueued to the engine: it is logged as filtered and Scrapy's
+``request_dropped`` signal is sent for it, as the engine would have.
+
+Each request handed on has a number; the engine's being done with a page is acted on
+(its lease acknowledged) only once every request handed on up to then is settled
+(:meth:`Incoming.settled`): recorded and enqueued, or found seen. So a page is never
+acknowledged before the requests its callback yielded are safe, whichever call
+carries them. A request whose call failed waits at the front and is sent again after
+RETRY_EVERY; nothing handed on after it is acknowledged meanwhile. Each batch also
+carries the acknowledgements waiting for its shards (a call that happens anyway).
+
+Without a running reactor (tests, commands), a request is recorded and enqueued at
+once, here."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from ..backends.calls import FailedCall
 from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
-from .queue import FrontierQueue, stored_priority
+from .idle import running_reactor
+from .queue import FrontierQueue, Shard, stored_priority
 from .record import record_and_enqueue
 from .refusals import wrong_type
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
+    from twisted.internet.defer import Deferred
 
     from ..dedup.dupefilter import RFPDupeFilter
 
@@ -55,28 +74,54 @@ class Quiet:
         logger.warning(message, *args)
 
 
+def _call_later(delay: float, call: Callable[[], None]) -> Any:
+    reactor = running_reactor()
+    assert reactor is not None  # (kick runs only once the reactor runs)
+    return reactor.callLater(delay, call)
+
+
+class Handed(NamedTuple):
+    """A request handed on and not yet settled: its number, the request, its entry,
+    and its fingerprint and expiry (None for dont_filter: pushed unrecorded)."""
+
+    number: int
+    request: Request
+    entry: bytes
+    fingerprint: str | None
+    expire: float | None
+
+
 @dataclass
 class Prepared:
-    """Requests on their way to one record-and-enqueue: what is sent, and per request
-    what is known (True: new and enqueued, False: seen, None: not yet)."""
+    """One batch on its way to :meth:`Incoming.send`: what is recorded (with what
+    :func:`record_and_enqueue` takes), what is pushed unrecorded (dont_filter) and to
+    which shard, the acknowledgements its calls carry (those not carried are left in
+    it) and how many there were; filled in by the send: its errors."""
 
-    requests: list[tuple[Request, bytes]]
-    out: list[bool | None]
-    todo: list[int] = field(default_factory=list)
-    fingerprints: list[str] = field(default_factory=list)
-    expires: list[float | None] = field(default_factory=list)
-    queued: list[tuple[int, bytes]] = field(default_factory=list)
-    errors: list[Exception] = field(default_factory=list)
-    #: The acknowledgements its calls carry (those not carried are left here), and
-    #: how many there were.
+    handed: list[Handed]
+    recorded: list[Handed] = field(default_factory=list)
+    pushed: list[Handed] = field(default_factory=list)
+    push_to: Shard | None = None
     acks: PendingAcks = field(default_factory=PendingAcks)
     acks_given: int = 0
+    errors: list[Exception] = field(default_factory=list)
+
+    @property
+    def first(self) -> int:
+        return self.handed[0].number
+
+
+#: What a send answered per request of its batch (in ``handed`` order): True new and
+#: enqueued (or pushed), False seen, None its call failed.
+Outcomes = list[Optional[bool]]
 
 
 class Incoming:
-    """The frontier's way in: ``count(name, n)`` counts a stat, ``on_enqueued()`` is
-    called when a request was enqueued here; ``acks``: the leases done, per shard,
-    which the next call to their shard acknowledges (this one's, or a lease call)."""
+    """The frontier's way in (see the module): ``count(name, n)`` counts a stat;
+    ``on_enqueued()`` is called when requests were enqueued here, ``on_settled()`` when
+    a batch was answered (the scheduler acts on the pages done meanwhile), and
+    ``on_dropped(request)`` for a request handed on and then found seen; ``acks``: the
+    leases done, per shard, which the next call to their shard acknowledges."""
 
     def __init__(
         self,
@@ -85,26 +130,54 @@ class Incoming:
         count: Callable[..., None],
         on_enqueued: Callable[[], None],
         acks: PendingAcks,
+        batch_size: int = 500,
     ) -> None:
         self.df = df
         self.codec = codec
         self.acks = acks
+        self.batch_size = batch_size
         self.queue: FrontierQueue | None = None
         self.spider: Spider | None = None
         self._count = count
         self.on_enqueued = on_enqueued
-        #: Requests whose record-and-enqueue call failed: sent again before anything is
-        #: acknowledged (their parent among it).
-        self.unpushed: list[tuple[Request, bytes]] = []
-        #: Requests a batch recorded and enqueued, on their way to ``enqueue_request``.
-        self.enqueued: set[Request] = set()
+        self.on_settled: Callable[[], None] = lambda: None
+        self.on_dropped: Callable[[Request], None] = lambda request: None
+        #: Requests handed on and not yet sent (or sent and failed: those first).
+        self.waiting: deque[Handed] = deque()
+        #: The batch in flight in a thread, and its answer's Deferred.
+        self.sending: Prepared | None = None
+        self.sent: Deferred[Any] | None = None
+        #: Runs a send in a thread (``threads(call, *args)``, a Deferred), once the
+        #: reactor runs; None: each request is sent at once, here.
+        self.in_thread: Callable[..., Deferred[Any]] | None = None
+        #: Whether the scheduler is closing: no batch is sent in a thread any more.
+        self.closing = False
+        #: How many requests were handed on (the last one's number).
+        self.handed = 0
         self._next_shard = 0
+        self._kick: Any = None  # (the reactor's call that sends the next batch)
+        #: ``call_later(delay, f)``: the running reactor's (a test may set its own).
+        self.call_later: Callable[[float, Callable[[], None]], Any] = _call_later
         self.clock: Callable[[], float] = time.monotonic
         #: When the kept requests are tried again (after a failed call).
         self.retry_at = -float("inf")
         self.quiet = Quiet(self.clock)
         #: Told of a call refused because a key holds another type (:mod:`.refusals`).
         self.on_refused: Callable[[BaseException, str], None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether requests handed on are not settled yet."""
+        return bool(self.waiting) or self.sending is not None
+
+    def settled(self, number: int) -> bool:
+        """Whether every request handed on up to ``number`` is settled."""
+        firsts = [self.waiting[0].number] if self.waiting else []
+        if self.sending is not None:
+            firsts.append(self.sending.first)
+        return not firsts or min(firsts) > number
+
+    # -- in --------------------------------------------------------------------------
 
     def _encode(self, request: Request) -> bytes | None:
         try:
@@ -115,91 +188,128 @@ class Incoming:
             return None
 
     def enqueue(self, request: Request) -> bool:
-        if request in self.enqueued:  # a batch recorded and enqueued it
-            self.enqueued.discard(request)
-            return True
+        """The scheduler's ``enqueue_request``: False for a request the local cache
+        knows (or that cannot be encoded); else it is handed on (True) and recorded and
+        enqueued with its batch (at once without a running reactor: then False if it
+        was seen)."""
         entry = self._encode(request)
         if entry is None:
             return False
-        if self.unpushed:
+        fp = expire = None
+        if not request.dont_filter:
+            fp, cached, expire = self.df.step.before(request)
+            if cached:
+                self.df.counts.filtered(0, cached=1)
+                self.df.log(request, self.spider)  # type: ignore[arg-type]
+                return False
+        self.handed += 1
+        self.waiting.append(Handed(self.handed, request, entry, fp, expire))
+        if self.in_thread is None:  # (no reactor: here and now)
             if self.clock() < self.retry_at:  # Redis failed a moment ago: kept, no call
-                self.unpushed.append((request, entry))
                 return True
-            self.push_unpushed()
-        new = self._record([(request, entry)])[0]
-        if new is None:
-            self.unpushed.append((request, entry))
-            return True
-        if not new:
-            self.df.log(request, self.spider)  # type: ignore[arg-type]
-            return False
-        self._count("scheduler/enqueued/redis")
-        self._count("frontier/enqueued")
-        self.on_enqueued()
+            return self.send_now().get(self.handed) is not False
+        self.kick()
         return True
 
-    def _record(
-        self, requests: list[tuple[Request, bytes]], acks: bool = True
-    ) -> list[bool | None]:
-        """Record and enqueue: per request True if it was new and is enqueued, False if
-        seen, None if its call failed."""
-        batch = self.prepare(requests, acks)
-        return self.account(batch, self.send(batch))
+    # -- out: a batch at a time --------------------------------------------------------
 
-    def prepare(self, requests: list[tuple[Request, bytes]], acks: bool = True) -> Prepared:
-        """What :meth:`send` sends for ``requests`` (on the reactor thread: the
-        fingerprinter and the local cache are not thread-safe); dont_filter requests
-        are pushed unrecorded here. ``acks``: the calls carry the acknowledgements
-        waiting, unless a request waits to be sent again (its parent may be among them)."""
+    def kick(self) -> None:
+        """Send what waits at the end of this turn of the reactor (after RETRY_EVERY
+        when the last call failed), unless a batch is in flight (its answer kicks)."""
+        if self._kick is not None or self.sending is not None or self.closing:
+            return
+        if not self.waiting or self.in_thread is None:
+            return
+        delay = max(0.0, self.retry_at - self.clock())
+        self._kick = self.call_later(delay, self.send_next)
+
+    def send_next(self) -> None:
+        """Send the next batch in a thread (the reactor calls it: :meth:`kick`)."""
+        self._kick = None
+        if self.sending is not None or not self.waiting or self.closing:
+            return
+        assert self.in_thread is not None
+        batch = self.sending = self.prepare()
+        self.sent = self.in_thread(self.send, batch)
+        self.sent.addBoth(self._answered, batch)
+
+    def _answered(self, outcomes: Any, batch: Prepared) -> None:
+        self.sending = self.sent = None
+        if not isinstance(outcomes, list):  # (send catches what the client raises)
+            batch.errors.append(getattr(outcomes, "value", RuntimeError(str(outcomes))))
+            outcomes = [None] * len(batch.handed)
+        self.account(batch, outcomes)
+        self.on_settled()
+        self.kick()
+
+    def send_now(self) -> dict[int, bool | None]:
+        """Send every request waiting here and now (blocking: no reactor, or the close);
+        per request's number, what its call answered."""
+        answered: dict[int, bool | None] = {}
+        while self.waiting and self.sending is None:
+            batch = self.prepare()
+            outcomes = self.account(batch, self.send(batch))
+            answered.update(zip((h.number for h in batch.handed), outcomes))
+            if None in outcomes:
+                break  # (kept, tried again after RETRY_EVERY)
+        self.on_settled()
+        return answered
+
+    def prepare(self) -> Prepared:
+        """The next batch: up to ``batch_size`` requests from the front of those
+        waiting, with the acknowledgements waiting (every one there is safe: the
+        scheduler adds a page's only once its children are settled)."""
         assert self.queue is not None
-        df = self.df
-        batch = Prepared(requests, [None] * len(requests))
-        if acks and not self.unpushed and self.acks:
+        handed = [self.waiting.popleft() for _ in range(min(self.batch_size, len(self.waiting)))]
+        batch = Prepared(handed)
+        if self.acks:
             batch.acks = self.acks.take_all()
             batch.acks_given = len(batch.acks)
-        for i, (request, entry) in enumerate(requests):
-            if request.dont_filter:
-                shard = self.queue.shards[self._next_shard % len(self.queue.shards)]
-                self._next_shard += 1
-                try:
-                    self.queue.push(shard, [(request.priority, entry)])
-                    batch.out[i] = True
-                except Exception as exc:  # kept and tried again
-                    self._failed(exc)
-                continue
-            fp, cached, expire = df.step.before(request)
-            if cached:
-                df.counts.filtered(0, cached=1)
-                batch.out[i] = False
-                continue
-            batch.todo.append(i)
-            batch.fingerprints.append(fp)
-            batch.expires.append(expire)
-            batch.queued.append((stored_priority(request.priority), entry))
+        for one in handed:
+            (batch.recorded if one.fingerprint is not None else batch.pushed).append(one)
+        if batch.pushed:
+            shards = self.queue.shards
+            batch.push_to = shards[self._next_shard % len(shards)]
+            self._next_shard += 1
+        self._count("dedup/batches")
+        self._count("dedup/batched", len(handed))
         return batch
 
-    def send(self, batch: Prepared) -> list[bool | None]:
-        """The record-and-enqueue calls of ``batch`` (blocking, touching no stats: safe in
-        a thread): per fingerprint sent, seen, new, or None where its call failed."""
-        if not batch.todo:
-            return []
-        assert self.queue is not None
-        try:
-            seen, failed = record_and_enqueue(
-                self.df.backend,
-                self.queue,
-                batch.fingerprints,
-                batch.expires,
-                batch.queued,
-                batch.acks,
-            )
-        except Exception as exc:  # whatever the client raised: kept, tried again
-            seen, failed = [None] * len(batch.todo), [FailedCall(batch.todo, exc)]
-        batch.errors = [call.error for call in failed]
-        return seen
+    def send(self, batch: Prepared) -> Outcomes:
+        """The calls of ``batch`` (blocking, touching no stats: safe in a thread): per
+        request of ``batch.handed``, what :data:`Outcomes` says."""
+        queue = self.queue
+        assert queue is not None
+        pushed: bool | None = True
+        if batch.pushed:
+            assert batch.push_to is not None
+            try:
+                entries = [(h.request.priority, h.entry) for h in batch.pushed]
+                queue.push(batch.push_to, entries)
+            except Exception as exc:  # kept and tried again
+                batch.errors.append(exc)
+                pushed = None
+        seen: list[bool | None] = []
+        if batch.recorded:
+            try:
+                seen, failed = record_and_enqueue(
+                    self.df.backend,
+                    queue,
+                    [h.fingerprint for h in batch.recorded],  # type: ignore[misc]
+                    [h.expire for h in batch.recorded],
+                    [(stored_priority(h.request.priority), h.entry) for h in batch.recorded],
+                    batch.acks,
+                )
+            except Exception as exc:  # whatever the client raised: kept, tried again
+                n = len(batch.recorded)
+                seen, failed = [None] * n, [FailedCall(list(range(n)), exc)]
+            batch.errors.extend(call.error for call in failed)
+        by_number = {h.number: None if s is None else not s for h, s in zip(batch.recorded, seen)}
+        return [pushed if h.fingerprint is None else by_number[h.number] for h in batch.handed]
 
-    def account(self, batch: Prepared, seen: list[bool | None]) -> list[bool | None]:
-        """Count what :meth:`send` answered (on the reactor thread); the
+    def account(self, batch: Prepared, outcomes: Outcomes) -> Outcomes:
+        """Count what a send answered (on the reactor thread): the seen ones logged as
+        filtered (and ``on_dropped``), the failed ones kept at the front; the
         acknowledgements it did not carry wait for the next call."""
         df = self.df
         for error in batch.errors:
@@ -207,48 +317,28 @@ class Incoming:
         if batch.acks_given:
             left = self.acks.give_back(batch.acks)
             self._count("frontier/acknowledged", batch.acks_given - left)
-        filtered = added = 0
-        for i, fp, answer in zip(batch.todo, batch.fingerprints, seen):
-            if answer is None:
-                continue
-            batch.out[i] = not answer
-            df.step.learned(fp)
-            if answer:
-                filtered += 1
-            else:
-                added += 1
-        df.counts.tally(filtered, added)  # (once a batch: a page's links are many)
-        return batch.out
-
-    def enqueue_many(self, requests: Sequence[Request]) -> Prepared:
-        """For BatchDedupMiddleware: encode ``requests`` (those that cannot be are
-        logged and left out) and prepare their one call per slot group."""
-        encoded = []
-        for request in requests:
-            entry = self._encode(request)
-            if entry is not None:
-                encoded.append((request, entry))
-        return self.prepare(encoded)
-
-    def enqueued_many(self, batch: Prepared, seen: list[bool | None]) -> list[Request]:
-        """After :meth:`send`: the requests to pass on (the new ones, already enqueued:
-        :meth:`enqueue_request` lets them through without a call); the seen ones are
-        logged as filtered, the failed ones kept and tried again."""
-        self._count("dedup/batches")  # (as the dupefilter's batch path counts its own)
-        self._count("dedup/batched", len(batch.requests))
-        out = []
-        for (request, entry), new in zip(batch.requests, self.account(batch, seen)):
+        filtered = added = enqueued = 0
+        kept = []
+        for one, new in zip(batch.handed, outcomes):
             if new is None:
-                self.unpushed.append((request, entry))
-            elif new:
-                self.enqueued.add(request)
-                self._count("scheduler/enqueued/redis")
-                self._count("frontier/enqueued")
-                self.on_enqueued()
-                out.append(request)
+                kept.append(one)
+                continue
+            if one.fingerprint is not None:
+                df.step.learned(one.fingerprint)
+                added, filtered = added + bool(new), filtered + (not new)
+            if new:
+                enqueued += 1
             else:
-                self.df.log(request, self.spider)  # type: ignore[arg-type]
-        return out
+                df.log(one.request, self.spider)  # type: ignore[arg-type]
+                if self.in_thread is not None:  # (the engine was told it was enqueued)
+                    self.on_dropped(one.request)
+        self.waiting.extendleft(reversed(kept))
+        df.counts.tally(filtered, added)  # (once a batch: a page's links are many)
+        if enqueued:
+            self._count("scheduler/enqueued/redis", enqueued)
+            self._count("frontier/enqueued", enqueued)
+            self.on_enqueued()
+        return outcomes
 
     def _failed(self, error: Exception) -> None:
         self._count("frontier/failed_calls")
@@ -263,30 +353,30 @@ class Incoming:
             error,
         )
 
-    def push_unpushed(self, now: bool = False) -> None:
-        """Send the kept requests again (``now``: even within RETRY_EVERY of a failure)."""
-        if not now and self.clock() < self.retry_at:
-            return
-        unpushed, self.unpushed = self.unpushed, []
-        for (request, entry), new in zip(unpushed, self._record(unpushed, acks=False)):
-            if new is None:
-                self.unpushed.append((request, entry))
-            elif new:  # (seen: another call recorded and enqueued it, or a worker did)
-                self._count("scheduler/enqueued/redis")
-                self._count("frontier/enqueued")
-                self.on_enqueued()
+    def push_waiting(self) -> None:
+        """Without a running reactor, send what was kept after a failed call once
+        RETRY_EVERY passed (the scheduler's timer asks); with one, :meth:`kick` does."""
+        if self.in_thread is None and self.waiting and self.clock() >= self.retry_at:
+            self.send_now()
+        else:
+            self.kick()
 
     def push_at_close(self, refused: bool) -> bool:
-        """At the close, send the kept requests once more: whether none is left (else
-        said, as a WARNING after a key was ``refused``: that said why)."""
-        if self.unpushed:
-            self.push_unpushed(now=True)
-        if self.unpushed:
+        """At the close (no batch in flight: the scheduler waited for it), send what
+        waits once more, here: whether nothing is left (else said, as a WARNING after
+        a key was ``refused``: that said why)."""
+        self.closing = True
+        if self._kick is not None and self._kick.active():
+            self._kick.cancel()
+        self._kick = None
+        if self.waiting:
+            self.send_now()
+        if self.waiting:
             logger.log(
                 logging.WARNING if refused else logging.ERROR,
                 "%d request(s) could not be recorded and enqueued before the close; the "
                 "pages that yielded them stay leased and will be fetched again (start "
                 "requests: by the next start)",
-                len(self.unpushed),
+                len(self.waiting),
             )
-        return not self.unpushed
+        return not self.waiting

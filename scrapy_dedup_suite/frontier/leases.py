@@ -45,6 +45,9 @@ class Holdings:
         self.taken: deque[tuple[Request, Shard, str]] = deque()
         #: Handed to the engine and not yet done.
         self.in_flight: dict[Request, tuple[Shard, str]] = {}
+        #: Done, waiting for the requests handed on up to then to be settled (their
+        #: children among them): (that number, request, shard, lease id).
+        self.settling: deque[tuple[int, Request, Shard, str]] = deque()
         #: Done, acknowledged by the next call to their shard (a lease call, or a
         #: record call of the scheduler's ``incoming``).
         self.acks = PendingAcks()
@@ -53,8 +56,9 @@ class Holdings:
         self.arriving: tuple[Shard, list[str]] | None = None
 
     def on(self, shard: Shard) -> int:
-        """How many requests taken or in flight are ``shard``'s."""
+        """How many requests taken, in flight or settling are ``shard``'s."""
         ours = sum(1 for s, _ in self.in_flight.values() if s == shard)
+        ours += sum(1 for _, _, s, _ in self.settling if s == shard)
         return ours + sum(1 for _, s, _ in self.taken if s == shard)
 
     def give_back(self) -> dict[Shard, list[str]]:
@@ -66,12 +70,15 @@ class Holdings:
         return released
 
     def ids(self, later: dict[Shard, list[Any]]) -> dict[Shard, list[str]]:
-        """Per shard, every lease held: taken, in flight, done and not yet acknowledged,
+        """Per shard, every lease held: taken, in flight, done and settling or not yet
+        acknowledged,
         arriving, and kept for ``later`` (its items four per page, the lease id first)."""
         held: dict[Shard, list[str]] = {}
         for shard, lease_id in list(self.in_flight.values()):
             held.setdefault(shard, []).append(lease_id)
         for _, shard, lease_id in list(self.taken):
+            held.setdefault(shard, []).append(lease_id)
+        for _, _, shard, lease_id in list(self.settling):
             held.setdefault(shard, []).append(lease_id)
         for shard, ids in self.acks.items():
             held.setdefault(shard, []).extend(ids)

@@ -13,7 +13,8 @@ to the front of the queue when their lease ends, by the next call of any worker.
 A graceful close gives back what was taken and not started. A page whose download
 failed for good is tried again later rather than acknowledged (:mod:`.later`).
 
-Round trips: one call per request recorded (as the dupefilter alone), one call per
+Round trips: one call per batch of requests recorded (those the engine hands it in one
+turn of the reactor, a page's links: sent in a thread, :mod:`.incoming`), one call per
 FRONTIER_PREFETCH requests taken; both carry the acknowledgements waiting, which a call
 of their own sends when none went to their shard within ACK_WITHIN (0.2 s). The next
 requests are leased in a thread once half of those taken are handed out, so that the
@@ -27,10 +28,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from twisted.internet import task
 from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 
 from ..backends.keys import spider_key
 from ..core.daemon_threads import DaemonThreads
@@ -39,17 +40,18 @@ from ..dedup.dupefilter import RFPDupeFilter
 from ..dedup.engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
 from ..server.privileges import permission_error
-from .codec import RequestEncodingError
+from ..settings.table import read
 from .frontier_options import FrontierOptions
 from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper
-from .queue import FrontierQueue, Shard
+from .queue import FrontierQueue
 from .record import load_scripts
 from .refusals import Refusals, wrong_type
 from .shard_calls import ShardCalls
 from .takeover import old_queue, take_over
+from .taking import Taking
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -65,8 +67,8 @@ ACK_WITHIN = 0.2
 class Scheduler(BaseScheduler):
     """The frontier (see the module's docstring)."""
 
-    #: BatchDedupMiddleware sends a page's batch through :attr:`incoming` when the
-    #: scheduler says this.
+    #: BatchDedupMiddleware passes requests on untouched under a scheduler that says
+    #: this: it batches them itself (:mod:`.incoming`).
     records_and_enqueues = True
 
     def __init__(self, crawler: Crawler, df: RFPDupeFilter, options: FrontierOptions) -> None:
@@ -87,8 +89,13 @@ class Scheduler(BaseScheduler):
         self.later = RetryLater(self.codec, options.retry_times, options.retry_delay, self._count)
         #: The way in: requests recorded and enqueued, and those to send again.
         self.incoming = Incoming(
-            df, self.codec, self._count, self._forget_shards, self.holdings.acks
-        )
+            df, self.codec, self._count, self._forget_shards, self.holdings.acks,
+            read(crawler.settings, "DEDUP_BATCH_SIZE"),
+        )  # fmt: skip
+        self.incoming.on_settled = self._batch_answered
+        self.incoming.on_dropped = self._dropped
+        #: Sends the batches of requests to record, in a thread of their own.
+        self.record_thread = DaemonThreads("dedup-frontier-record", 1)
         self.refusals = Refusals(crawler, self.incoming.quiet)
         self.incoming.on_refused = self.refusals.failed
         #: What each shard's last call said (by :attr:`clock`, which a test may set).
@@ -100,7 +107,7 @@ class Scheduler(BaseScheduler):
         #: The calls to the shards, each carrying what waits for its shard.
         self.calls = ShardCalls(
             lambda: self.queue, self.lease_ms, options.max_returns, self.holdings,
-            self.later, self.incoming, self.looks, self.codec, self._count,
+            self.later, self.looks, self.codec, self._count,
         )  # fmt: skip
         #: Renews the leases held, from a thread of its own (:mod:`.leases`).
         self.keeper = LeaseKeeper(
@@ -108,12 +115,13 @@ class Scheduler(BaseScheduler):
             lambda: self.holdings.ids(self.later.waiting), self.calls.reclaimed,
             lambda exc: self.refusals.failed(exc, "renew its leases"),
         )  # fmt: skip
-        #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
-        #: its own, which a forced shutdown does not wait for.
-        self.lease_thread = DaemonThreads("dedup-frontier-lease", 1)
-        self.in_thread: Callable[..., Deferred[Any]] = self.lease_thread
-        #: The lease call running in a thread, if any.
-        self._ahead: Deferred[Any] | None = None
+        #: Leases the next requests, here or in a thread ahead of need.
+        self.taking = Taking(
+            lambda: self.queue, self.calls, self.holdings, self.looks, self.codec,
+            options.prefetch, self._count, self.incoming.quiet, self.refusals.failed,
+        )  # fmt: skip
+        self.taking.on_found = self._found
+        self.taking.on_answered = self._lease_answered
         self._closed = False
         #: Whether the open took its queue: a worker refused at its open, or stopped by
         #: a key refused, deletes nothing at the close (what it refused stays as it was).
@@ -169,6 +177,7 @@ class Scheduler(BaseScheduler):
         self._acknowledging.start(self.options.lease / 3, now=False)
         if running_reactor() is not None:  # (as the engine opens it, not a test)
             self.keeper.start()
+            self.incoming.in_thread = self.record_thread
         logger.info(
             "Frontier: %d shard(s) at %r, %s, %d lease(s) held",
             len(self.queue.shards),
@@ -194,11 +203,12 @@ class Scheduler(BaseScheduler):
     def close(self, reason: str) -> Deferred[Any] | None:
         """Give back what was taken and not started (after the lease call running in a
         thread, if any, answered), acknowledge what is done, flush unless persisting."""
-        self._closed = True
+        self._closed = self.incoming.closing = self.taking.closed = True
         self.waker.stop()
         self.acks_due.stop()
-        if self._ahead is not None:
-            return self._ahead.addBoth(lambda _: self._close(reason))
+        for running in (self.taking.running, self.incoming.sent):
+            if running is not None:
+                return running.addBoth(lambda _: self.close(reason))
         self._close(reason)
         return None
 
@@ -206,9 +216,9 @@ class Scheduler(BaseScheduler):
         if self._acknowledging is not None and self._acknowledging.running:
             self._acknowledging.stop()
         self.keeper.stop()
-        self.lease_thread.stop()  # (its call has answered: close() waited for it)
-        if not self.incoming.push_at_close(self.refusals.stopping):
-            self.holdings.acks.drop()  # (the parents stay leased)
+        self.taking.stop()  # (the calls have answered: close() waited for them)
+        self.record_thread.stop()
+        self.incoming.push_at_close(self.refusals.stopping)  # (the rest: settled, or not)
         released = self.holdings.give_back()
         for shard in {*released, *self.holdings.acks, *self.later.waiting}:
             try:
@@ -254,8 +264,8 @@ class Scheduler(BaseScheduler):
         if self.refusals.stopping:
             self.refusals.close()  # (refused at the open: the engine runs now)
             return None
-        if not self.holdings.taken and self._ahead is None:
-            self._take()
+        if not self.holdings.taken and self.taking.running is None:
+            self.taking.take()
         if not self.holdings.taken:
             if self.looks.work_elsewhere():  # (else the engine's heartbeat asks again)
                 self.waker.later()
@@ -264,92 +274,54 @@ class Scheduler(BaseScheduler):
         self.holdings.in_flight[request] = (shard, lease_id)
         self._count("scheduler/dequeued/redis")
         if len(self.holdings.taken) <= self.options.prefetch // 2:
-            self._take_ahead()
+            self.taking.ahead()
         return request
 
-    def _take(self) -> None:
-        """Lease up to FRONTIER_PREFETCH requests from the next shard that may have some
-        (one call on a single server), here and now."""
-        assert self.queue is not None
-        for shard in self.looks.to_take(self.queue.shards):
-            try:
-                leased = self.calls.call(shard, self.options.prefetch)
-            except Exception as exc:  # Redis away: nothing taken; the engine asks again
-                self.refusals.failed(exc, "lease requests")
-                return
-            if self._took(shard, leased):
-                return
+    def _found(self) -> None:
+        """This worker's own call took requests: no look saw them."""
+        self.idle.busy()
+        self.waker.found()
 
-    def _take_ahead(self) -> None:
-        """Lease the next requests in a thread before those taken run out (one lease
-        call at a time); the engine is woken when they arrive."""
-        if self._ahead is not None or self._closed or running_reactor() is None:
-            return
-        queue = self.queue
-        assert queue is not None
-        shard = next(self.looks.to_take(queue.shards), None)
-        if shard is None:
-            return
-        acks, later = self.calls.carried(shard)
-
-        def call(*args: Any, **kwargs: Any) -> Any:  # (in the thread)
-            leased = queue.call(*args, **kwargs)
-            self.holdings.arriving = (shard, [lease_id for lease_id, _, _ in leased.requests])
-            return leased
-
-        def answered(leased: Any) -> None:
-            self._ahead = None
-            self.calls.called(shard, acks, leased)
-            self._took(shard, leased)  # (after a close began: given back by the close)
-            self.holdings.arriving = None
-            self._forget_if_idle()
-            self.waker.now()
-
-        def failed(failure: Failure) -> None:
-            self._ahead = None
-            self.calls.keep(shard, acks, later)
-            self.refusals.failed(failure.value, "lease requests")
-            self.waker.now()
-
-        take, most = self.options.prefetch, self.options.max_returns
-        ahead = self.in_thread(
-            call, shard, self.lease_ms, take, acks, later=later, max_returns=most
-        )
-        self._ahead = ahead.addCallbacks(answered, failed)
-
-    def _took(self, shard: Shard, leased: Any) -> bool:
-        """Decode what ``leased`` holds into the requests taken (those that cannot be
-        are set aside): whether it held any."""
-        aside = []
-        for lease_id, priority, entry in leased.requests:
-            try:
-                request = self.codec.decode(entry, priority)
-            except RequestEncodingError as exc:
-                logger.error(
-                    "%s; set aside in %r (the next worker's start tries it again)", exc, shard.aside
-                )
-                aside.append(lease_id)
-                continue
-            self.holdings.taken.append((request, shard, lease_id))
-        self._count("frontier/leased", len(leased.requests))
-        if leased.requests:
-            self.idle.busy()  # (taken by this worker's own call: no look saw them)
-            self.waker.found()
-        if aside:
-            try:
-                self.calls.call(shard, 0, aside=aside)
-                self._count("frontier/set_aside", len(aside))
-            except Exception as exc:  # still leased: back to the queue when its lease ends
-                self.incoming.quiet.warn("The frontier could not set requests aside: %s", exc)
-        return bool(leased.requests)
+    def _lease_answered(self) -> None:
+        self._forget_if_idle()
+        self.waker.now()
 
     def _done(self, request: Request) -> None:
+        """The engine is done with ``request``: every request its callback yielded was
+        handed on before now; its lease is acknowledged once those are settled."""
         held = self.holdings.in_flight.pop(request, None)
         if held is not None:
-            if not self.later.done(request, *held):
-                self.holdings.acks.add(held[0], [held[1]])
+            self.holdings.settling.append((self.incoming.handed, request, *held))
+            self._settled()
+
+    def _settled(self) -> None:
+        """Act on the pages done whose children are settled (recorded and enqueued, or
+        seen): acknowledge them, or keep them to try again later."""
+        settling = self.holdings.settling
+        acted = False
+        while settling and self.incoming.settled(settling[0][0]):
+            _, request, shard, lease_id = settling.popleft()
+            if not self.later.done(request, shard, lease_id):
+                self.holdings.acks.add(shard, [lease_id])
+            acted = True
+        if acted and not self._closed:
             self.acks_due.ask(ACK_WITHIN)
-            self._forget_if_idle()
+        self._forget_if_idle()
+
+    def _batch_answered(self) -> None:
+        """A batch of requests was recorded: act on the pages it settled; and an engine
+        with nothing taken asks again now, not at its next heartbeat (what it found
+        nothing in may hold these requests; or, all seen, the crawl may be over)."""
+        self._settled()
+        if not self.holdings.taken and not self._closed and self.incoming.in_thread:
+            self.waker.now()
+
+    def _dropped(self, request: Request) -> None:
+        """``request`` was handed on as enqueued and then found seen: Scrapy's signal
+        for a request the scheduler did not take, as the engine sends it."""
+        self.crawler.signals.send_catch_log(
+            signals.request_dropped, request=request, spider=self.spider
+        )
 
     def retry_later(self, request: Request) -> bool:
         """``request``'s download failed for good (``FailedPagesMiddleware`` says so):
@@ -360,17 +332,15 @@ class Scheduler(BaseScheduler):
         """Done with all it took: what the shards last said counted as another worker's
         the leases this one had not acknowledged yet, so the idle check looks again (its
         call carries the acknowledgements), else the crawl waits a heartbeat to end."""
-        if not self.holdings.in_flight and not self.holdings.taken:
+        holdings = self.holdings
+        if not holdings.in_flight and not holdings.taken and not holdings.settling:
             self.looks.forget()
 
     def _acknowledge(self) -> None:
         """ACK_WITHIN after a page is done, and every third of the lease: acknowledge
         what this worker is done with (and record what waits to be), when no other call
         did."""
-        if self.incoming.unpushed:
-            self.incoming.push_unpushed()
-        if self.incoming.unpushed:
-            return  # (its parent may be among the acknowledgements)
+        self.incoming.push_waiting()
         for shard in {*self.holdings.acks, *self.later.waiting}:
             try:
                 self.calls.call(shard, 0)
@@ -385,7 +355,7 @@ class Scheduler(BaseScheduler):
         that is older than LOOK_EVERY. Then SCHEDULER_IDLE_BEFORE_CLOSE more seconds."""
         if self.refusals.stopping:
             return False  # (a key refused: the spider is closing)
-        if self.holdings.taken or self.incoming.unpushed or self._ahead is not None:
+        if self.holdings.taken or self.incoming.busy or self.taking.running is not None:
             return True
         assert self.queue is not None
         calls = self.looks.calls

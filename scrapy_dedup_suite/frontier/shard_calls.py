@@ -13,14 +13,13 @@ from .queue import FrontierQueue, Leased, Shard
 
 if TYPE_CHECKING:
     from .codec import RequestCodec
-    from .incoming import Incoming
     from .later import RetryLater
 
 
 class ShardCalls:
     """The scheduler's calls to the shards of ``queue()`` (None before the open),
     each with ``lease_ms`` and FRONTIER_MAX_RETURNS ``max_returns``; ``holdings``,
-    ``later``, ``incoming`` and ``looks`` are the scheduler's, ``count`` its stats."""
+    ``later`` and ``looks`` are the scheduler's, ``count`` its stats."""
 
     def __init__(
         self,
@@ -29,7 +28,6 @@ class ShardCalls:
         max_returns: int,
         holdings: Holdings,
         later: RetryLater,
-        incoming: Incoming,
         looks: ShardLooks,
         codec: RequestCodec,
         count: Callable[..., None],
@@ -39,7 +37,6 @@ class ShardCalls:
         self.max_returns = max_returns
         self.holdings = holdings
         self.later = later
-        self.incoming = incoming
         self.looks = looks
         self.codec = codec
         self.count = count
@@ -69,10 +66,7 @@ class ShardCalls:
 
     def carried(self, shard: Shard) -> tuple[list[str], list[Any]]:
         """The acknowledgements and the pages to try again later a call to ``shard``
-        carries (none while a request waits to be recorded: its parent may be among
-        them)."""
-        if self.incoming.unpushed:
-            return [], []
+        carries (a page's are there once its children are settled)."""
         return self.holdings.acks.take(shard), self.later.carried(shard)
 
     def keep(self, shard: Shard, acks: list[str], later: list[Any]) -> None:

@@ -254,7 +254,8 @@ TABLE: tuple[Setting, ...] = (
             f"a whole number of requests from 1 to {MAX_BATCH_SIZE:,} (one call holds the server "
             "for the whole batch)",
         ),
-        f"`BatchDedupMiddleware`: most requests checked in one call (1 to {MAX_BATCH_SIZE:,})",
+        "`BatchDedupMiddleware`, and the frontier scheduler's batches: most requests checked "
+        f"in one call (1 to {MAX_BATCH_SIZE:,})",
     ),
     Setting(
         "DEDUP_BATCH_THREADS",
