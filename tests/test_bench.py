@@ -261,6 +261,17 @@ def test_frontier_finish_bench_times_every_worker_s_exit(redis_server):
     assert out.stdout.rstrip().endswith("exits before it: 0"), out.stdout
 
 
+def test_politeness_bench_crawls_every_row_and_measures_on_the_hosts(redis_server):
+    out = run_bench(
+        "bench.politeness", "--pages", "40", "--hosts", "2", "--workers", "2", "--delay",
+        "0.02", "--server", redis_server.binary,
+    )  # fmt: skip
+    rows = {line[:26].strip(): line.split() for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"scrapy, 1 process", "frontier, 2 workers", "scrapy-redis, 2 workers"}
+    assert all(row[-9] == "40" for row in rows.values()), out.stdout  # every page, each row
+    assert all(row[-7].endswith("x") for row in rows.values()), out.stdout
+
+
 def test_metrics_bench_counts_a_scrape_s_calls_whatever_the_queue_s_size(redis_server):
     out = run_bench("bench.metrics", "--requests", "100,20000", "--server", redis_server.binary)
     rows = [line.split() for line in out.stdout.splitlines()[1:3]]
