@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from ..backends.calls import FailedCall
 from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
@@ -300,12 +299,12 @@ class Incoming:
                     [(stored_priority(h.request.priority), h.entry) for h in batch.recorded],
                     batch.acks,
                 )
+                batch.errors.extend(call.error for call in failed)
             except Exception as exc:  # whatever the client raised: kept, tried again
-                n = len(batch.recorded)
-                seen, failed = [None] * n, [FailedCall(list(range(n)), exc)]
-            batch.errors.extend(call.error for call in failed)
-        by_number = {h.number: None if s is None else not s for h, s in zip(batch.recorded, seen)}
-        return [pushed if h.fingerprint is None else by_number[h.number] for h in batch.handed]
+                seen = [None] * len(batch.recorded)
+                batch.errors.append(exc)
+        new = (None if s is None else not s for s in seen)  # (in batch.recorded's order)
+        return [pushed if h.fingerprint is None else next(new) for h in batch.handed]
 
     def account(self, batch: Prepared, outcomes: Outcomes) -> Outcomes:
         """Count what a send answered (on the reactor thread): the seen ones logged as
