@@ -11,14 +11,16 @@ DELAY, ``RANDOMIZE_DOWNLOAD_DELAY`` off and ``CONCURRENT_REQUESTS_PER_DOMAIN`` 1
 
 - ``scrapy, 1 process``: Scrapy's own scheduler in one process (the reference: its
   downloader keeps each host's delay);
-- ``frontier, N workers`` and ``scrapy-redis, N workers``: WORKERS processes sharing
-  the queue in Redis, started at once.
+- ``frontier, N workers`` (``FRONTIER_POLITENESS`` on: the slots' limits kept across
+  the workers), ``frontier off, N workers`` (off: each worker keeps its own) and
+  ``scrapy-redis, N workers``: WORKERS processes sharing the queue in Redis, started
+  at once.
 
 Per row: the smallest gap between two arrivals at a host, over the hosts, as a share of
 DELAY (a polite crawl keeps it >= 1, less the clock's jitter), the median gap at the
 big host, the crawl's pages per second, and when the last small host was done against
-the big host. Today each worker keeps the delay for itself, so N workers hit a host
-about N times as often as one process does.
+the big host. A worker that keeps the delay for itself alone lets N workers hit a
+host about N times as often as one process does.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ SCRAPY = {
 
 class HostsSite:
     """``/page/N`` for N < pages, page N on host ``host_of(N)``, linking to its
-    children by absolute URL; ``arrivals[host]``: when each request came."""
+    children by absolute URL; ``arrivals[host]``: when each request came; ``most[host]``:
+    the most requests it was answering at once (each answer takes ``pause`` s)."""
 
-    def __init__(self, pages: int, hosts: int) -> None:
-        self.pages, self.hosts = pages, hosts
+    def __init__(self, pages: int, hosts: int, pause: float = 0.0) -> None:
+        self.pages, self.hosts, self.pause = pages, hosts, pause
         self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.answering: dict[int, int] = defaultdict(int)
+        self.most: dict[int, int] = defaultdict(int)
         self.lock = threading.Lock()
         self.servers = [self._serve(h) for h in range(hosts)]
         self.urls = [f"http://127.0.0.{h + 1}:{s.server_port}" for h, s in enumerate(self.servers)]
@@ -66,6 +71,16 @@ class HostsSite:
             def do_GET(self) -> None:
                 with site.lock:
                     site.arrivals[host].append(time.monotonic())
+                    site.answering[host] += 1
+                    site.most[host] = max(site.most[host], site.answering[host])
+                try:
+                    self.answer()
+                finally:
+                    with site.lock:
+                        site.answering[host] -= 1
+
+            def answer(self) -> None:
+                time.sleep(site.pause)
                 n = int(self.path.rsplit("/", 1)[1])
                 kids = range(n * LINKS + 1, min(n * LINKS + LINKS + 1, site.pages))
                 links = "".join(f'<a href="{site.url(c)}">{c}</a>' for c in kids)
@@ -88,6 +103,12 @@ class HostsSite:
     def reset(self) -> None:
         with self.lock:
             self.arrivals.clear()
+            self.most.clear()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
 
 
 def crawl(site: HostsSite, url: str, settings: dict[str, Any], workers: int) -> dict[str, Any]:
@@ -140,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, Any, int]] = [
         ("scrapy, 1 process", SCRAPY, 1),
         (f"frontier, {opts.workers} workers", SCHEDULERS["frontier"], opts.workers),
+        (
+            f"frontier off, {opts.workers} workers",
+            {**SCHEDULERS["frontier"], "FRONTIER_POLITENESS": False},
+            opts.workers,
+        ),
         (f"scrapy-redis, {opts.workers} workers", SCHEDULERS["scrapy-redis"], opts.workers),
     ]
     print(

@@ -75,6 +75,22 @@ def run_script(module: str, args: dict, out: Path, timeout: float = 180) -> dict
     return result
 
 
+def crawl_worker(tmp_path: Path, url: str, settings: dict, name: str, **more: Any):
+    """A crawl of the site at ``url`` from its page 0 in its own process
+    (tests.crawl_cases; ``more``: more of its arguments); each page it parses is noted
+    at once in ``<name>.notes``."""
+    args = {"site": url, "start": [0], "settings": settings, **more}
+    args.update(pages_file=str(tmp_path / f"{name}.notes"), out=str(tmp_path / f"{name}.json"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.crawl_cases", json.dumps(args)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
 def settings_for(
     redis_settings: dict, backend: str, scheduler: str, queue_url: str = "", **extra
 ) -> dict:

@@ -267,7 +267,10 @@ def test_politeness_bench_crawls_every_row_and_measures_on_the_hosts(redis_serve
         "0.02", "--server", redis_server.binary,
     )  # fmt: skip
     rows = {line[:26].strip(): line.split() for line in out.stdout.splitlines()[2:]}
-    assert set(rows) == {"scrapy, 1 process", "frontier, 2 workers", "scrapy-redis, 2 workers"}
+    assert set(rows) == {
+        "scrapy, 1 process", "frontier, 2 workers", "frontier off, 2 workers",
+        "scrapy-redis, 2 workers",
+    }  # fmt: skip
     assert all(row[-9] == "40" for row in rows.values()), out.stdout  # every page, each row
     assert all(row[-7].endswith("x") for row in rows.values()), out.stdout
 

@@ -688,7 +688,8 @@ def test_a_worker_holding_the_last_requests_does_not_count_them_as_another_s(ser
 
 
 def threaded_scheduler(redis_url, monkeypatch):
-    """A frontier scheduler (CONCURRENT_REQUESTS = 8, persisting) whose lease calls in a
+    """A frontier scheduler (CONCURRENT_REQUESTS = 8, persisting; its one host's
+    concurrency higher, so that only the leases ahead bound what it takes) whose lease calls in a
     thread are run by hand: ``calls`` holds each (call, args, its Deferred); ``woken``
     one entry per time it woke the engine."""
     import functools
@@ -703,7 +704,10 @@ def threaded_scheduler(redis_url, monkeypatch):
     class SiteSpider(Spider):
         name = "site"
 
-    settings = {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 8, "SCHEDULER_PERSIST": True}
+    settings = {
+        "REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 8, "SCHEDULER_PERSIST": True,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 100,
+    }  # fmt: skip
     crawler = get_crawler(SiteSpider, settings)
     woken: list[int] = []
     slot = SimpleNamespace(

@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from scrapy_dedup_suite.frontier.entries import PRIORITY_BOUND, parse_run
 from scrapy_dedup_suite.frontier.figures import shard_counts
-from scrapy_dedup_suite.frontier.queue import PRIORITY_BOUND, FrontierQueue, parse_run
+from scrapy_dedup_suite.frontier.queue import FrontierQueue
 
 
 class Model:

@@ -193,7 +193,7 @@ def check_types(
     return found
 
 
-def memory_usage(server: Any, keys: Sequence[str]) -> int:
+def memory_usage(server: Any, keys: Sequence[str | bytes]) -> int:
     """Sum of ``MEMORY USAGE`` over ``keys`` (missing keys count 0)."""
     if not keys:
         return 0

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..backends.keys import as_str, memory_usage
-from .queue import FrontierQueue, Shard, whole_priority
+from .entries import whole_priority
+from .queue import FrontierQueue, Shard
 
 #: A worker counts as running when its last call is at most this old (seconds), or
 #: FRONTIER_LEASE if longer: a live worker's keeper renews every third of it.
@@ -57,7 +58,7 @@ def shard_counts(
     queue.check(shard)
     pipe = queue.server.pipeline(transaction=False)
     pipe.hmget(shard.counters, ["waiting", "reclaimed"])
-    pipe.exists(shard.queue)
+    pipe.exists(shard.queue, shard.slots)  # (the shard's queue, its slots' queues)
     pipe.hkeys(shard.leases)
     pipe.zrange(shard.expiries, 0, 0, withscores=True)
     pipe.llen(shard.aside)
@@ -83,7 +84,7 @@ def shard_counts(
         held_by,
         since(expiry),
         whole_priority(counters[1] or b"0") or 0,
-        memory_usage(queue.server, shard.lease_keys) if memory else 0,
+        memory_usage(queue.server, queue.keys_of(shard)) if memory else 0,
         int(aside),
         int(later),
         since(due),

@@ -162,6 +162,18 @@ class OneShot:
         self._pending = call_later(delay, self.call)
         return True
 
+    def cancel_later_than(self, delay: float) -> None:
+        """Cancel the call pending if it comes later than ``delay`` from now (by the
+        reactor's clock; a test's stand-in without one: always)."""
+        pending = self._pending
+        if pending is None or not pending.active():
+            return
+        at, now = getattr(pending, "getTime", None), running_reactor()
+        if at is not None and now is not None and at() <= now.seconds() + delay:
+            return
+        pending.cancel()
+        self._pending = None
+
     def stop(self) -> None:
         self.stopped = True
         if self._pending is not None and self._pending.active():
@@ -178,6 +190,8 @@ class EngineWaker:
     def __init__(self, slot: Callable[[], Any]) -> None:
         self.slot = slot
         self.timer = OneShot(self.now)
+        #: When the first request held for its slot's turn is due.
+        self.due = OneShot(self.now)
         #: How long :meth:`later` waits next: doubled each time it asked, back to
         #: TAKE_EVERY when :meth:`found` says work came.
         self.patience = TAKE_EVERY
@@ -198,5 +212,12 @@ class EngineWaker:
         """Work came: the next wait is TAKE_EVERY again."""
         self.patience = TAKE_EVERY
 
+    def within(self, delay: float) -> None:
+        """:meth:`now` in ``delay`` seconds (a request held comes due), or sooner if
+        already asked sooner."""
+        self.due.cancel_later_than(delay)
+        self.due.ask(max(0.0, delay))
+
     def stop(self) -> None:
         self.timer.stop()
+        self.due.stop()

@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
+from .entries import stored_priority
 from .idle import running_reactor
-from .queue import FrontierQueue, Shard, stored_priority
+from .queue import FrontierQueue, Shard
 from .record import record_and_enqueue
 from .refusals import wrong_type
+from .slots import SlotPolicy
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -137,6 +139,8 @@ class Incoming:
         self.batch_size = batch_size
         self.queue: FrontierQueue | None = None
         self.spider: Spider | None = None
+        #: Tags each entry with its download slot (FRONTIER_POLITENESS), if set.
+        self.slots: SlotPolicy | None = None
         self._count = count
         self.on_enqueued = on_enqueued
         self.on_settled: Callable[[], None] = lambda: None
@@ -180,7 +184,8 @@ class Incoming:
 
     def _encode(self, request: Request) -> bytes | None:
         try:
-            return self.codec.encode(request, priority_apart=True)
+            entry = self.codec.encode(request, priority_apart=True)
+            return entry if self.slots is None else self.slots.tag(entry, request)
         except RequestEncodingError as exc:
             logger.error("%s", exc, extra={"spider": self.spider})
             self._count("frontier/unencodable")

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .codec import RequestCodec, RequestEncodingError
-from .queue import FrontierQueue, Shard, stored_priority
+from .entries import stored_priority
+from .queue import FrontierQueue, Shard
 
 if TYPE_CHECKING:
     from scrapy import Request

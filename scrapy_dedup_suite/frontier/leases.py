@@ -54,6 +54,9 @@ class Holdings:
         #: Leased by a call in a thread, from its answer until the reactor takes them
         #: (which a blocked reactor does late).
         self.arriving: tuple[Shard, list[str]] | None = None
+        #: Lease id -> when (the scheduler's clock) a request taken may be handed to the
+        #: engine: its download slot's turn (FRONTIER_POLITENESS), at most a delay ahead.
+        self.not_before: dict[str, float] = {}
 
     def on(self, shard: Shard) -> int:
         """How many requests taken, in flight or settling are ``shard``'s."""
@@ -67,7 +70,27 @@ class Holdings:
         for _, shard, lease_id in self.taken:
             released.setdefault(shard, []).append(lease_id)
         self.taken.clear()
+        self.not_before.clear()
         return released
+
+    def next_due(self, now: float) -> tuple[Request, Shard, str] | float | None:
+        """The first request taken that is due at ``now`` (out of :attr:`taken`); else
+        the seconds until one is, or None if none is taken."""
+        taken, not_before = self.taken, self.not_before
+        if not taken:
+            return None
+        if not not_before:
+            return taken.popleft()
+        first = None
+        for i, held in enumerate(taken):
+            due = not_before.get(held[2])
+            if due is None or due <= now:
+                del taken[i]
+                not_before.pop(held[2], None)
+                return held
+            first = due if first is None else min(first, due)
+        assert first is not None
+        return first - now
 
     def ids(self, later: dict[Shard, list[Any]]) -> dict[Shard, list[str]]:
         """Per shard, every lease held: taken, in flight, done and settling or not yet

@@ -39,6 +39,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,67 +48,9 @@ from ..backends.keys import as_str, chunks, frontier_key, slot_of
 from ..exceptions import DedupConfigError
 from ..server import scripts
 from ..server.cluster import is_cluster
+from .entries import parse_member, stored_priority
 
 logger = logging.getLogger(__name__)
-
-
-#: A priority as the frontier writes it (``frontier_priority`` in ``lua/frontier_runs.lua``).
-_PRIORITY = re.compile(rb"-?[0-9]{1,15}")
-#: The highest priority the frontier stores (and minus it, the lowest): a request's
-#: beyond is stored at the bound.
-PRIORITY_BOUND = 10**15 - 1
-
-
-def stored_priority(priority: int) -> int:
-    """``priority`` as the frontier stores it: a whole number within PRIORITY_BOUND."""
-    return max(-PRIORITY_BOUND, min(PRIORITY_BOUND, int(priority)))
-
-
-def whole_priority(text: bytes | str) -> int | None:
-    """``text`` read back as a priority (a whole number), or None for anything else."""
-    raw = text.encode() if isinstance(text, str) else bytes(text)
-    return int(raw) if len(raw) <= 16 and _PRIORITY.fullmatch(raw) else None
-
-
-def parse_member(member: bytes) -> tuple[int, bytes] | None:
-    """A "priority entry" member read back from the frontier's keys, or None for
-    anything else (``frontier_parse`` in ``lua/frontier.lua``)."""
-    text, space, entry = bytes(member).partition(b" ")
-    priority = whole_priority(text)
-    return None if not space or priority is None else (priority, entry)
-
-
-#: A run's head after its place (6 bytes): how many requests (a byte), the last one's
-#: priority and ';'; then per request its priority and ',', its entry's length (a byte,
-#: 1 to 249; else the byte 0, the length in digits and ':'), then the entry.
-_HEAD = re.compile(rb"(.)(-?[0-9]{1,15});", re.DOTALL)
-_PRIORITY_OF = re.compile(rb"(-?[0-9]{1,15}),")
-_LONG = re.compile(rb"([0-9]{1,9}):")
-
-
-def parse_run(member: bytes) -> list[tuple[int, bytes]] | None:
-    """A member of the queue read back: its requests (priority, entry), or None for
-    anything that is not a run (``frontier_read`` in ``lua/frontier_runs.lua``)."""
-    member = bytes(member)
-    head = _HEAD.match(member, 6)
-    if len(member) < 12 or head is None:
-        return None
-    records, at = [], head.end()
-    while at < len(member):
-        found = _PRIORITY_OF.match(member, at)
-        if found is None or found.end() >= len(member):
-            return None
-        size, start = member[found.end()], found.end() + 1
-        if size == 0:
-            long = _LONG.match(member, start)
-            if long is None:
-                return None
-            size, start = int(long.group(1)), long.end()
-        at = start + size
-        if at > len(member):
-            return None
-        records.append((int(found.group(1)), member[start:at]))
-    return records if len(records) == head.group(1)[0] else None
 
 
 def worker_name() -> str:
@@ -118,11 +61,22 @@ def worker_name() -> str:
     return f"{host}/{os.getpid()}/{secrets.token_hex(2)}"
 
 
-def entry_of(item: bytes) -> bytes:
-    """A list item's entry, without the count of the times it came back from a dead
-    worker (``frontier_wrap`` in ``lua/frontier.lua``)."""
-    item = bytes(item)
-    return item[2:] if len(item) >= 2 and item[0] == 3 else item
+class ServerClock:
+    """The server's clock against ``time.monotonic()``, from the calls' answers: the
+    offset of the quickest call of the last minute (the least uncertain)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.rtt = float("inf")
+        self.at = -float("inf")
+
+    def ahead(self, server_now: float, sent: float, received: float) -> float:
+        """Seconds to add to a wait the server counted from ``server_now`` (its time in
+        a call sent and answered at those monotonic times), counted from ``received``."""
+        rtt = received - sent
+        if rtt <= self.rtt or received - self.at > 60.0:
+            self.offset, self.rtt, self.at = server_now - (sent + received) / 2, rtt, received
+        return server_now - self.offset - received
 
 
 @dataclass(frozen=True)
@@ -161,6 +115,22 @@ class Shard:
         return f"{self.queue}:workers"
 
     @property
+    def slots(self) -> str:
+        """Per download slot its state (``lua/frontier_slots.lua``)."""
+        return f"{self.queue}:slots"
+
+    @property
+    def ready(self) -> str:
+        """The slots with requests, by when their next may be handed out."""
+        return f"{self.queue}:ready"
+
+    def slot_queue(self, name: str | bytes) -> str | bytes:
+        """The queue of the requests of download slot ``name``."""
+        if isinstance(name, bytes):
+            return f"{self.queue}:slot:".encode() + name
+        return f"{self.queue}:slot:{name}"
+
+    @property
     def lease_keys(self) -> list[str]:
         return [
             self.queue, self.leases, self.expiries, self.counters, self.aside, self.later,
@@ -189,8 +159,12 @@ class Leased:
     bad: int = 0
     #: Entries set aside by this call for coming back too often (FRONTIER_MAX_RETURNS).
     returned: list[bytes] = field(default_factory=list)
-    #: Seconds until the first page kept for later is due, or None if none waits.
+    #: Seconds until the first page kept for later is due or a slot is ready, or None.
     due_in: float | None = None
+    #: Per request leased, the seconds to hold it before it is sent (its slot's turn),
+    #: from ``received`` (``time.monotonic()`` when the answer came).
+    holds: list[float] = field(default_factory=list)
+    received: float = 0.0
 
 
 class FrontierQueue:
@@ -214,6 +188,8 @@ class FrontierQueue:
         self.crawling = False
         self._next_id = 1
         self._ids = threading.Lock()  # (calls run on the reactor thread and in threads)
+        #: The server's clock as this process's (requests held for their slot's turn).
+        self.clock = ServerClock()
 
     @classmethod
     def for_backend(cls, backend: Any, queue_key: str) -> FrontierQueue:
@@ -272,16 +248,26 @@ class FrontierQueue:
             first = self._next_id
             self._next_id += take
         args: list[Any] = [lease_ms, take, self.worker, first, max_returns, int(self.crawling)]
+        args.append(secrets.randbelow(2**31 - 2) + 1)  # (the slots' jitter)
         for items in (acks, renew, release, aside, later):
             args += [len(items), *items]
+        sent = time.monotonic()
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
-        start = 6 + int(answer[4])
-        requests = []
-        for i in range(start, len(answer), 2):
-            n = (i - start) // 2
+        received = time.monotonic()
+        start = 7 + int(answer[4])
+        # A request held for its slot's turn: until that time on the server's clock, as
+        # this process's (the offset of the quickest recent call: no reactor's delay
+        # in taking the answer, no half round trip, makes it late or early).
+        ahead = self.clock.ahead(int(answer[6]) / 1000, sent, received)
+        requests, holds = [], []
+        for i in range(start, len(answer), 3):
+            n = (i - start) // 3
             requests.append((f"{self.worker}{first + n}", int(answer[i]), bytes(answer[i + 1])))
+            wait = int(answer[i + 2]) / 1000
+            holds.append(max(0.0, wait + ahead) if wait > 0 else 0.0)
         leased = Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests, int(answer[3]))
-        leased.returned = [bytes(entry) for entry in answer[6:start]]
+        leased.holds, leased.received = holds, received
+        leased.returned = [bytes(entry) for entry in answer[7:start]]
         leased.due_in = int(answer[5]) / 1000 if int(answer[5]) >= 0 else None
         if leased.bad:
             self.said_bad(shard, leased.bad)
@@ -343,13 +329,24 @@ class FrontierQueue:
 
     # -- seen from outside ---------------------------------------------------------------
 
-    def keys_of(self, shard: Shard) -> list[str]:
-        """The shard's keys that exist."""
-        keys = shard.lease_keys
+    def slot_queues(self, shard: Shard) -> list[str | bytes]:
+        """The queues of ``shard``'s download slots that hold requests (a sorted set)."""
+        if as_str(self.server.type(shard.slots)) != "hash":
+            return []
+        keys = [shard.slot_queue(name) for name in self.server.hkeys(shard.slots)]
+        pipe = self.server.pipeline(transaction=False)
+        for key in keys:
+            pipe.type(key)
+        return [key for key, kind in zip(keys, pipe.execute()) if as_str(kind) == "zset"]
+
+    def keys_of(self, shard: Shard) -> list[str | bytes]:
+        """The shard's keys that exist, its download slots' queues among them."""
+        keys: list[str | bytes] = [*shard.lease_keys, shard.slots, shard.ready]
         pipe = self.server.pipeline(transaction=False)
         for key in keys:
             pipe.exists(key)
-        return [key for key, there in zip(keys, pipe.execute()) if there]
+        there = [key for key, found in zip(keys, pipe.execute()) if found]
+        return there + self.slot_queues(shard)  # (one of another type is not ours)
 
     def check(self, shard: Shard) -> None:
         """Refuse, naming it, a key of ``shard`` that holds another type (another
@@ -361,6 +358,7 @@ class FrontierQueue:
             (shard.later, "zset", "pages to try again later"),
             (shard.bad, "list", "members set aside as bad"),
             (shard.workers, "zset", "workers seen"),
+            (shard.slots, "hash", "download slots"), (shard.ready, "zset", "slots ready"),
         ]  # fmt: skip
         pipe = self.server.pipeline(transaction=False)
         for key, _, _ in kinds:

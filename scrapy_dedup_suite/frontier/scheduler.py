@@ -50,6 +50,7 @@ from .queue import FrontierQueue
 from .record import load_scripts
 from .refusals import Refusals, wrong_type
 from .shard_calls import ShardCalls
+from .slots import SlotPolicy, local_delay_off
 from .takeover import old_queue, take_over
 from .taking import Taking
 
@@ -121,6 +122,9 @@ class Scheduler(BaseScheduler):
             options.prefetch, self._count, self.incoming.quiet, self.refusals.failed,
         )  # fmt: skip
         self.taking.on_found = self._found
+        self.taking.clock = lambda: self.clock()
+        #: Each request's download slot, kept across workers (FRONTIER_POLITENESS).
+        self.slots = self.incoming.slots = SlotPolicy.from_settings(crawler.settings)
         self.taking.on_answered = self._lease_answered
         self._closed = False
         #: Whether the open took its queue: a worker refused at its open, or stopped by
@@ -195,7 +199,8 @@ class Scheduler(BaseScheduler):
         assert self.queue is not None
         if self.options.flush_on_start:
             self.flush()
-        moved = take_over(self.queue, self.queue_key, self.codec, self.codec.reader)
+        tag = self.slots.tag if self.slots is not None else None
+        moved = take_over(self.queue, self.queue_key, self.codec, self.codec.reader, tag=tag)
         self._count("frontier/taken_over", moved)
         self.queue.unaside_all()
         return self._look()[:2]
@@ -270,7 +275,13 @@ class Scheduler(BaseScheduler):
             if self.looks.work_elsewhere():  # (else the engine's heartbeat asks again)
                 self.waker.later()
             return None
-        request, shard, lease_id = self.holdings.taken.popleft()
+        due = self.holdings.next_due(self.clock())
+        if not isinstance(due, tuple):  # (held for its slot's turn: asked again then)
+            self.waker.within(due or 0.0)
+            return None
+        request, shard, lease_id = due
+        if self.slots is not None:
+            local_delay_off(self.crawler, request)
         self.holdings.in_flight[request] = (shard, lease_id)
         self._count("scheduler/dequeued/redis")
         if len(self.holdings.taken) <= self.options.prefetch // 2:

@@ -22,8 +22,9 @@ interrupted run moves at most one chunk twice, and a second run goes on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.request import request_from_dict
 
@@ -31,8 +32,12 @@ from ..backends.keys import as_str
 from ..exceptions import DedupConfigError
 from ..server import scripts
 from .codec import PICKLE_ADVICE, PickleSerializer, RequestCodec, RequestEncodingError, Serializer
+from .entries import entry_of, parse_run, stored_priority
 from .figures import shard_counts
-from .queue import FrontierQueue, Shard, entry_of, parse_run, stored_priority
+from .queue import FrontierQueue, Shard
+
+if TYPE_CHECKING:
+    from scrapy import Request
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +51,13 @@ def take_over(
     codec: RequestCodec,
     serializer: Serializer | None = None,
     chunk: int = CHUNK,
+    tag: Callable[[bytes, Request], bytes] | None = None,
 ) -> int:
     """Move every request of scrapy-redis's queue at ``source`` (read with
     ``serializer``, scrapy-redis's: SCHEDULER_SERIALIZER, or pickle with
-    FRONTIER_READ_PICKLE; None: a queue there is refused, left as it is) into ``queue``;
-    how many were moved."""
+    FRONTIER_READ_PICKLE; None: a queue there is refused, left as it is) into ``queue``
+    (each entry tagged with its download slot by ``tag``, if given); how many were
+    moved."""
     server = queue.server
     kind = _kind_of(server, source, ("zset", "list"), "queue (a sorted set or a list)")
     if kind == "none":
@@ -82,6 +89,7 @@ def take_over(
                 refusal = refusal or exc
                 continue
             entry = codec.encode(request, priority_apart=True)
+            entry = tag(entry, request) if tag is not None else entry
             args += [member, stored_priority(request.priority), entry]
         shard = queue.shards[turn % len(queue.shards)]
         turn += 1
@@ -187,6 +195,7 @@ def hand_back(
     old = serializer or PickleSerializer()
     done = Handback()
     for shard in queue.shards:
+        queue.check(shard)  # (a key of another type: refused, never moved nor deleted)
         counts = shard_counts(queue, shard, memory=False)  # (what moves, not its size)
         done.waiting += counts.waiting
         if dry_run:
@@ -205,23 +214,28 @@ def hand_back(
     for shard in queue.shards:
         done.set_aside += queue.unaside(shard)  # (else left behind in the frontier's keys)
         done.later += queue.unlater(shard)
-        done.moved += _hand_back_runs(queue, shard, target, codec, old, chunk)
+        for key in [shard.queue, *queue.slot_queues(shard)]:
+            done.moved += _hand_back_runs(queue, shard, key, target, codec, old, chunk)
+        server.delete(shard.slots, shard.ready)  # (their queues are empty: nothing to tell)
+        server.hdel(shard.counters, "waiting")
     return done
 
 
 def _hand_back_runs(
     queue: FrontierQueue,
     shard: Shard,
+    key: str | bytes,
     target: str,
     codec: RequestCodec,
     old: Serializer,
     chunk: int,
 ) -> int:
-    """Move the requests of ``shard``'s queue into ``target``, each chunk of runs added
+    """Move the requests of ``key`` (``shard``'s queue, or one of its download slots')
+    into ``target``, each chunk of runs added
     there before it leaves; a member that is not a run, or a request that cannot be
     read, goes to the shard's bad members. How many moved."""
     server, moved = queue.server, 0
-    while members := server.zrange(shard.queue, 0, max(1, chunk // 16) - 1):
+    while members := server.zrange(key, 0, max(1, chunk // 16) - 1):
         out: dict[bytes | str, int] = {}
         bad: list[bytes] = []
         for member in members:
@@ -239,9 +253,8 @@ def _hand_back_runs(
         if out:
             server.zadd(target, out)
         queue.set_bad(shard, bad)
-        server.zrem(shard.queue, *members)
+        server.zrem(key, *members)
         moved += len(out)
-    server.hdel(shard.counters, "waiting")  # (the queue is empty)
     return moved
 
 

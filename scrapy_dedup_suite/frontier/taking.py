@@ -6,6 +6,7 @@ aside with one line."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,8 @@ class Taking:
         self.count = count
         self.quiet = quiet
         self.failed = failed
+        #: The scheduler's clock (a test may set it): when a request held is due.
+        self.clock: Callable[[], float] = time.monotonic
         self.on_found: Callable[[], None] = lambda: None
         self.on_answered: Callable[[], None] = lambda: None
         #: Runs a lease call in a thread (once the reactor runs): a daemon thread of
@@ -118,7 +121,10 @@ class Taking:
         """Decode what ``leased`` holds into the requests taken (those that cannot be
         are set aside): whether it held any."""
         aside = []
-        for lease_id, priority, entry in leased.requests:
+        since = time.monotonic() - leased.received if leased.received else 0.0
+        now = self.clock() - since  # (when the answer came, not when the reactor took it)
+        holds = leased.holds or [0.0] * len(leased.requests)
+        for (lease_id, priority, entry), hold in zip(leased.requests, holds):
             try:
                 request = self.codec.decode(entry, priority)
             except RequestEncodingError as exc:
@@ -128,7 +134,10 @@ class Taking:
                 aside.append(lease_id)
                 continue
             self.holdings.taken.append((request, shard, lease_id))
+            if hold > 0:  # (its slot's turn comes later: held until then)
+                self.holdings.not_before[lease_id] = now + hold
         self.count("frontier/leased", len(leased.requests))
+        self.count("frontier/slot_wait", round(sum(holds), 3))  # (s held for slots' turns)
         if leased.requests:
             self.on_found()
         if aside:

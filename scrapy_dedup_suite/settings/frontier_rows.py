@@ -62,6 +62,18 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         table="frontier",
     ),
     Setting(
+        "FRONTIER_POLITENESS",
+        True,
+        Flag(),
+        "keep each download slot's `DOWNLOAD_DELAY` (and jitter), concurrency "
+        "(`CONCURRENT_REQUESTS_PER_DOMAIN`, `DOWNLOAD_SLOTS`) across every worker together, "
+        "as one Scrapy process keeps them: requests queue per slot (the host, or "
+        "`meta['download_slot']`) and a lease call hands out a slot's request only when the "
+        "slot is ready; off: each worker's downloader keeps its own, so N workers hit a host "
+        "N times as hard (see frontier.md, Politeness)",
+        table="frontier",
+    ),
+    Setting(
         "FRONTIER_READ_PICKLE",
         False,
         Flag(),

@@ -1,4 +1,4 @@
--- include: prelude, frontier_runs
+-- include: prelude, frontier_runs, frontier_slots
 -- The frontier's shard (scrapy_dedup_suite/frontier/queue.py): its queue of runs
 -- (frontier_runs), its leases and their expiries, its counters.
 -- What records and enqueues in one call: frontier_record, below.
@@ -35,11 +35,20 @@ local function frontier_check(queue, counters)
   dedup_check_type(counters, 'hash', 'the frontier counters')
 end
 
--- A worker is done with these leases (their requests' children are safe).
-local function frontier_ack(leases, expiries, ids)
+-- These leases end (a worker is done with them, gave them back, or they expired): their
+-- slots' concurrency is freed.
+local function frontier_ack(queue, leases, expiries, ids)
+  local now = nil
   for _, id in ipairs(ids) do
-    rcall('HDEL', leases, id)
-    rcall('ZREM', expiries, id)
+    local held = rcall('HGET', leases, id)
+    if held then
+      rcall('HDEL', leases, id)
+      rcall('ZREM', expiries, id)
+      if string.find(held, '\5', 1, true) then
+        now = now or dedup_now_ms()
+        frontier_slot_free(queue, held, now)
+      end
+    end
   end
 end
 
@@ -66,6 +75,9 @@ local function frontier_record(keys, argv, add)
   for i = 3 + own, #argv - nacks do pairs_[#pairs_ + 1] = argv[i] end
   for i = #argv - nacks + 1, #argv do acks[#acks + 1] = argv[i] end
   frontier_check(queue, counters)
+  local entries = {}
+  for i = 2, #pairs_, 2 do entries[#entries + 1] = pairs_[i] end
+  frontier_slot_check(queue, entries) -- (before the add step writes a fingerprint)
   if #acks > 0 then
     dedup_check_type(leases, 'hash', 'the frontier leases')
     dedup_check_type(expiries, 'zset', 'the frontier lease expiries')
@@ -78,8 +90,8 @@ local function frontier_record(keys, argv, add)
       items[#items + 1] = { pairs_[2 * i - 1], pairs_[2 * i] }
     end
   end
-  frontier_push(queue, items, false)
+  frontier_enqueue(queue, items, false)
   frontier_count(counters, #items)
-  frontier_ack(leases, expiries, acks)
+  frontier_ack(queue, leases, expiries, acks)
   return out
 end

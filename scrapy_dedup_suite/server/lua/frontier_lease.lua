@@ -16,17 +16,22 @@
 -- ARGV[4]: the number of its first new lease, ARGV[5]: how many times a request may come
 -- back from workers that held it past their lease (0: no bound; once more, it is set
 -- aside in KEYS[5] instead), ARGV[6]: 1 if the caller is a worker of the crawl, to
--- be seen in KEYS[8] (0: a command's call); then five lists, each its length first:
+-- be seen in KEYS[8] (0: a command's call), ARGV[7]: a random whole number from 1 to
+-- 2^31 - 2 (the slots' jitter: frontier_slots); then five lists, each its length first:
 -- the ids acknowledged (done with), the ids renewed (still being worked on), the ids
 -- released (taken but not started, at a graceful close), the ids set aside (their
 -- entry could not be decoded: kept in KEYS[5] rather than given back again and again),
 -- and per page whose download failed for good, four items: its lease id, the delay in
 -- ms, its priority and its entry to try again (its lease ends: it waits in KEYS[6]).
 -- The pages due go back to the front of the queue before requests are leased.
--- Returns {runs waiting (members of KEYS[1]), leases held, reclaimed by this call, bad
--- members set aside by this call, k: requests set aside by this call for coming back too often,
--- ms until the first page of KEYS[6] is due (-1: none), then those k requests'
--- entries, then per request leased: its priority and entry};
+-- Requests tagged with their download slot are leased from the slots ready
+-- (frontier_slots), the others from KEYS[1] after them.
+-- Returns {runs waiting (members of KEYS[1]) and slots ready or due, leases held,
+-- reclaimed by this call, bad members set aside by this call, k: requests set aside by
+-- this call for coming back too often, ms until the first page of KEYS[6] is due or
+-- the first slot is ready (-1: none), the server's time (ms), then those k requests'
+-- entries, then per request leased: its priority, entry and the ms to hold it before
+-- it is sent};
 -- the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local later, bad, workers = KEYS[6], KEYS[7], KEYS[8]
@@ -39,12 +44,15 @@ dedup_check_type(aside, 'list', 'the frontier requests set aside')
 dedup_check_type(later, 'zset', 'the frontier pages to try again later')
 dedup_check_type(bad, 'list', 'the frontier members set aside as bad')
 dedup_check_type(workers, 'zset', 'the frontier workers seen')
+dedup_check_type(queue .. ':slots', 'hash', 'the frontier slots')
+dedup_check_type(queue .. ':ready', 'zset', 'the frontier slots ready')
 local bads = 0
 local function set_bad(member)
   rcall('RPUSH', bad, member)
   bads = bads + 1
 end
-local lists, at = {}, 7
+local rand = tonumber(ARGV[7]) or 1
+local lists, at = {}, 8
 for l = 1, 5 do
   local len = tonumber(ARGV[at])
   local ids = {}
@@ -58,17 +66,21 @@ if ARGV[6] == '1' then -- (the worker: its ids' prefix, less ':')
   rcall('ZADD', workers, now, string.sub(prefix, 1, -2))
   rcall('ZREMRANGEBYSCORE', workers, '-inf', now - 3600000)
 end
-frontier_ack(leases, expiries, lists[1])
+frontier_ack(queue, leases, expiries, lists[1])
 for _, id in ipairs(lists[4]) do
   local held = rcall('HGET', leases, id)
   if held then rcall('RPUSH', aside, held) end
 end
-frontier_ack(leases, expiries, lists[4])
+frontier_ack(queue, leases, expiries, lists[4])
 local failed = lists[5]
 for i = 1, #failed, 4 do -- (a lease already reclaimed went back to the queue: no more)
-  if rcall('HEXISTS', leases, failed[i]) == 1 then
-    rcall('ZADD', later, now + tonumber(failed[i + 1]), failed[i + 2] .. ' ' .. failed[i + 3])
-    frontier_ack(leases, expiries, { failed[i] })
+  local held = rcall('HGET', leases, failed[i])
+  if held then -- (its slot's tag, if any, stays with it: it comes back to its slot)
+    local _, item = frontier_parse(held)
+    local header = item and frontier_slot_split(item)
+    local entry = header and frontier_slot_join(header, failed[i + 3]) or failed[i + 3]
+    rcall('ZADD', later, now + tonumber(failed[i + 1]), failed[i + 2] .. ' ' .. entry)
+    frontier_ack(queue, leases, expiries, { failed[i] })
   end
 end
 for _, id in ipairs(lists[2]) do
@@ -88,14 +100,14 @@ local function give_back(ids, ended)
       local priority, item = frontier_parse(held)
       if not priority then
         set_bad(held)
-        frontier_ack(leases, expiries, { id })
+        frontier_ack(queue, leases, expiries, { id })
       elseif not ended then
         back[#back + 1] = { id, priority, item }
       else
         local times, entry = frontier_unwrap(item)
         if max_returns > 0 and times >= max_returns then
           rcall('RPUSH', aside, priority .. ' ' .. entry)
-          frontier_ack(leases, expiries, { id })
+          frontier_ack(queue, leases, expiries, { id })
           returned[#returned + 1] = entry
         else
           back[#back + 1] = { id, priority, frontier_wrap(times + 1, entry) }
@@ -126,9 +138,9 @@ if not frontier_waiting_ok(waiting) then
 end
 local items = {}
 for i, item in ipairs(back) do items[i] = { item[2], item[3] } end
-frontier_push(queue, items, true) -- (at the front, in their order)
+frontier_enqueue(queue, items, true) -- (at the front, in their order)
 for _, item in ipairs(back) do
-  if item[1] then frontier_ack(leases, expiries, { item[1] }) end
+  if item[1] then frontier_ack(queue, leases, expiries, { item[1] }) end
 end
 if #due > 0 then rcall('ZREM', later, unpack(due)) end
 local reclaimed = #back - released - due_back
@@ -140,22 +152,34 @@ if reclaimed > 0 then
   end
   rcall('HINCRBY', counters, 'reclaimed', reclaimed)
 end
-local out = { 0, 0, reclaimed, 0, #returned, -1 }
+local out = { 0, 0, reclaimed, 0, #returned, -1, now }
 for _, entry in ipairs(returned) do out[#out + 1] = entry end
-local leased = frontier_pop(queue, n, set_bad)
+local slots, ready = frontier_slot_keys(queue)
+if n > 0 and rcall('ZCARD', ready) == 0 and rcall('HLEN', leases) == 0
+    and rcall('EXISTS', slots) == 1 then
+  frontier_slot_recount(queue, now)
+end
+local leased = frontier_slot_take(queue, n, set_bad, now, rand)
+for _, record in ipairs(frontier_pop(queue, n - #leased, set_bad)) do
+  leased[#leased + 1] = { record[1], record[2], 0 }
+end
 for i, record in ipairs(leased) do
   local id = prefix .. (first + i - 1)
   rcall('HSET', leases, id, record[1] .. ' ' .. record[2])
   rcall('ZADD', expiries, now + lease_ms, id)
   local _, bare = frontier_unwrap(record[2])
+  local _, plain = frontier_slot_split(bare)
   out[#out + 1] = record[1]
-  out[#out + 1] = bare
+  out[#out + 1] = plain
+  out[#out + 1] = record[3]
 end
 frontier_count(counters, #back - #leased)
-if rcall('EXISTS', queue) == 0 then rcall('HDEL', counters, 'waiting') end
-out[1] = rcall('ZCARD', queue)
+if rcall('EXISTS', queue, queue .. ':slots') == 0 then rcall('HDEL', counters, 'waiting') end
 out[2] = rcall('HLEN', leases)
+out[1] = rcall('ZCARD', queue) + rcall('ZCARD', ready)
 out[4] = bads
-local first_due = rcall('ZRANGE', later, 0, 0, 'WITHSCORES')[2]
-if first_due then out[6] = math.max(0, math.floor((tonumber(first_due) or 0) - now)) end
+local first_due = tonumber(rcall('ZRANGE', later, 0, 0, 'WITHSCORES')[2] or '')
+local first_ready = tonumber(rcall('ZRANGE', ready, 0, 0, 'WITHSCORES')[2] or '')
+if first_ready and (not first_due or first_ready < first_due) then first_due = first_ready end
+if first_due then out[6] = math.max(0, math.floor(first_due - now)) end
 return out

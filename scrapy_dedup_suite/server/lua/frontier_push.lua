@@ -7,6 +7,6 @@ local queue, counters = KEYS[1], KEYS[2]
 frontier_check(queue, counters)
 local items = {}
 for i = 1, #ARGV, 2 do items[#items + 1] = { ARGV[i], ARGV[i + 1] } end
-frontier_push(queue, items, false)
+frontier_enqueue(queue, items, false)
 frontier_count(counters, #items)
 return #items

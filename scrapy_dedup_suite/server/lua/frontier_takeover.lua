@@ -23,6 +23,6 @@ for i = 1, #ARGV, 3 do
     moved[#moved + 1] = { ARGV[i + 1], ARGV[i + 2] }
   end
 end
-frontier_push(queue, moved, false)
+frontier_enqueue(queue, moved, false)
 frontier_count(counters, #moved)
 return #moved

@@ -20,7 +20,7 @@ for _, line in ipairs(lines) do
   end
 end
 frontier_check(queue, counters)
-frontier_push(queue, back, true)
+frontier_enqueue(queue, back, true)
 frontier_count(counters, #back)
 rcall('LTRIM', aside, #lines, -1)
 return { #lines, bads }
