@@ -25,10 +25,12 @@ from collections.abc import Callable
 
 import redis
 from scrapy import Request
+from scrapy.settings import Settings
 from scrapy_redis import queue as srq
 
 from scrapy_dedup_suite.frontier.codec import RequestCodec, serializer
 from scrapy_dedup_suite.frontier.queue import FrontierQueue
+from scrapy_dedup_suite.frontier.slots import SlotPolicy
 
 from .compact_layouts import servers, settle, used
 from .server_features import server as started
@@ -109,12 +111,14 @@ def scrapy_redis(kind: str) -> Callable[[redis.Redis, list[Request]], None]:
 
 def frontier(chosen: str | None) -> Callable[[redis.Redis, list[Request]], None]:
     """The frontier's queue, its requests encoded as data (the default) or with
-    SCHEDULER_SERIALIZER ``chosen``."""
+    SCHEDULER_SERIALIZER ``chosen``, each tagged with its download slot as a worker
+    tags it (FRONTIER_POLITENESS, the default: queued per host)."""
 
     def load(client: redis.Redis, sent: list[Request]) -> None:
         queue = FrontierQueue(client, ["site:requests"])
         codec = RequestCodec(Spider(), serializer(chosen))  # type: ignore[arg-type]
-        entries = [(r.priority, codec.encode(r, priority_apart=True)) for r in sent]
+        slots = SlotPolicy(Settings())
+        entries = [(r.priority, slots.tag(codec.encode(r, priority_apart=True), r)) for r in sent]
         queue.push(queue.shards[0], entries)
 
     return load

@@ -93,17 +93,17 @@ end
 -- Refuse (WRONGTYPE), before anything is written, a key of another type where the
 -- slots of ``entries`` (items, tagged or not) are kept.
 local function frontier_slot_check(queue, entries)
-  local checked = false
+  local checked = {}
   for _, item in ipairs(entries) do
     local header = frontier_slot_split(item)
     local slot = header and frontier_slot_header(header)
-    if slot then
-      if not checked then
+    if slot and not checked[slot.name] then
+      if next(checked) == nil then
         dedup_check_type(queue .. ':slots', 'hash', 'the frontier slots')
         dedup_check_type(queue .. ':ready', 'zset', 'the frontier slots ready')
-        checked = true
       end
       dedup_check_type(queue .. ':slot:' .. slot.name, 'zset', 'the frontier slot queue')
+      checked[slot.name] = true
     end
   end
 end
