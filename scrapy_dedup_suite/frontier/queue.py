@@ -69,14 +69,16 @@ class ServerClock:
         self.offset = 0.0
         self.rtt = float("inf")
         self.at = -float("inf")
+        self._lock = threading.Lock()  # (calls answer in several threads)
 
     def ahead(self, server_now: float, sent: float, received: float) -> float:
         """Seconds to add to a wait the server counted from ``server_now`` (its time in
         a call sent and answered at those monotonic times), counted from ``received``."""
         rtt = received - sent
-        if rtt <= self.rtt or received - self.at > 60.0:
-            self.offset, self.rtt, self.at = server_now - (sent + received) / 2, rtt, received
-        return server_now - self.offset - received
+        with self._lock:
+            if rtt <= self.rtt or received - self.at > 60.0:
+                self.offset, self.rtt, self.at = server_now - (sent + received) / 2, rtt, received
+            return server_now - self.offset - received
 
 
 @dataclass(frozen=True)
@@ -188,8 +190,9 @@ class FrontierQueue:
         self.crawling = False
         self._next_id = 1
         self._ids = threading.Lock()  # (calls run on the reactor thread and in threads)
-        #: The server's clock as this process's (requests held for their slot's turn).
-        self.clock = ServerClock()
+        #: Each shard's server's clock as this process's (requests held for their
+        #: slot's turn; a Cluster's nodes keep clocks of their own).
+        self.clocks: dict[Shard, ServerClock] = {shard: ServerClock() for shard in self.shards}
 
     @classmethod
     def for_backend(cls, backend: Any, queue_key: str) -> FrontierQueue:
@@ -258,7 +261,8 @@ class FrontierQueue:
         # A request held for its slot's turn: until that time on the server's clock, as
         # this process's (the offset of the quickest recent call: no reactor's delay
         # in taking the answer, no half round trip, makes it late or early).
-        ahead = self.clock.ahead(int(answer[6]) / 1000, sent, received)
+        clock = self.clocks.setdefault(shard, ServerClock())
+        ahead = clock.ahead(int(answer[6]) / 1000, sent, received)
         requests, holds = [], []
         for i in range(start, len(answer), 3):
             n = (i - start) // 3

@@ -98,7 +98,7 @@ class SlotPolicy:
         if header is None:
             delay, jitter, concurrency = self.limits(key)
             name = key.encode("utf-8")[:NAME_BYTES]
-            fields = f"{round(delay * 1000)} {round(min(max(jitter, 0.0), 1.0) * 1000)} "
+            fields = f"{round(max(delay, 0.0) * 1000)} {round(min(max(jitter, 0.0), 1.0) * 1000)} "
             header = f"{fields}{max(1, concurrency)} ".encode() + name
             self._headers[key] = header
         return header
