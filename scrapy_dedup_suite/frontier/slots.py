@@ -18,7 +18,6 @@ second delay in each worker would only slow the crawl.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
-
-logger = logging.getLogger(__name__)
 
 #: The byte that starts an entry tagged with its slot (after the count of returns, if any).
 TAG = 5

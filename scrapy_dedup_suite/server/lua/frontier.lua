@@ -76,8 +76,9 @@ local function frontier_record(keys, argv, add)
   for i = #argv - nacks + 1, #argv do acks[#acks + 1] = argv[i] end
   frontier_check(queue, counters)
   local entries = {}
-  for i = 2, #pairs_, 2 do entries[#entries + 1] = pairs_[i] end
-  frontier_slot_check(queue, entries) -- (before the add step writes a fingerprint)
+  for i = 1, #pairs_, 2 do entries[#entries + 1] = { pairs_[i], pairs_[i + 1] } end
+  local _, _, slots = frontier_slot_groups(entries)
+  frontier_slot_check(queue, slots) -- (before the add step writes a fingerprint)
   if #acks > 0 then
     dedup_check_type(leases, 'hash', 'the frontier leases')
     dedup_check_type(expiries, 'zset', 'the frontier lease expiries')

@@ -44,8 +44,7 @@ dedup_check_type(aside, 'list', 'the frontier requests set aside')
 dedup_check_type(later, 'zset', 'the frontier pages to try again later')
 dedup_check_type(bad, 'list', 'the frontier members set aside as bad')
 dedup_check_type(workers, 'zset', 'the frontier workers seen')
-dedup_check_type(queue .. ':slots', 'hash', 'the frontier slots')
-dedup_check_type(queue .. ':ready', 'zset', 'the frontier slots ready')
+frontier_slot_check_keys(queue)
 local bads = 0
 local function set_bad(member)
   rcall('RPUSH', bad, member)
@@ -174,7 +173,7 @@ for i, record in ipairs(leased) do
   out[#out + 1] = record[3]
 end
 frontier_count(counters, #back - #leased)
-if rcall('EXISTS', queue, queue .. ':slots') == 0 then rcall('HDEL', counters, 'waiting') end
+if rcall('EXISTS', queue, slots) == 0 then rcall('HDEL', counters, 'waiting') end
 out[2] = rcall('HLEN', leases)
 out[1] = rcall('ZCARD', queue) + rcall('ZCARD', ready)
 out[4] = bads

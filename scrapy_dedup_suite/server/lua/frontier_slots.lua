@@ -20,6 +20,18 @@ local function frontier_slot_keys(queue)
   return queue .. ':slots', queue .. ':ready'
 end
 
+-- The queue of slot ``name``'s requests.
+local function frontier_slot_queue(queue, name)
+  return queue .. ':slot:' .. name
+end
+
+-- Refuse (WRONGTYPE) the slots' hash or ready set of another type.
+local function frontier_slot_check_keys(queue)
+  local slots, ready = frontier_slot_keys(queue)
+  dedup_check_type(slots, 'hash', 'the frontier slots')
+  dedup_check_type(ready, 'zset', 'the frontier slots ready')
+end
+
 -- ``item`` (an entry, or a wrapped one: byte 3 and a count first) read apart: the
 -- header of its slot (nil if untagged) and the item without it.
 local function frontier_slot_split(item)
@@ -70,7 +82,7 @@ end
 -- queued, nothing leased and its next dispatch past is forgotten.
 local function frontier_slot_save(queue, name, state, now)
   local slots, ready = frontier_slot_keys(queue)
-  local queued = rcall('EXISTS', queue .. ':slot:' .. name) == 1
+  local queued = rcall('EXISTS', frontier_slot_queue(queue, name)) == 1
   if not queued and state.leased <= 0 and state.next_at <= now then
     rcall('HDEL', slots, name)
     rcall('ZREM', ready, name)
@@ -90,30 +102,9 @@ local function frontier_slot_settings(state, slot)
   state.delay, state.jitter, state.conc = slot.delay, slot.jitter, slot.conc
 end
 
--- Refuse (WRONGTYPE), before anything is written, a key of another type where the
--- slots of ``entries`` (items, tagged or not) are kept.
-local function frontier_slot_check(queue, entries)
-  local checked = {}
-  for _, item in ipairs(entries) do
-    local header = frontier_slot_split(item)
-    local slot = header and frontier_slot_header(header)
-    if slot and not checked[slot.name] then
-      if next(checked) == nil then
-        dedup_check_type(queue .. ':slots', 'hash', 'the frontier slots')
-        dedup_check_type(queue .. ':ready', 'zset', 'the frontier slots ready')
-      end
-      dedup_check_type(queue .. ':slot:' .. slot.name, 'zset', 'the frontier slot queue')
-      checked[slot.name] = true
-    end
-  end
-end
-
--- Push ``items`` ({priority, item} each) as frontier_push does: those tagged with a
--- slot to its queue (untagged), the others to ``queue``.
-local function frontier_enqueue(queue, items, front)
-  local entries = {}
-  for i, item in ipairs(items) do entries[i] = item[2] end
-  frontier_slot_check(queue, entries)
+-- ``items`` ({priority, item} each) by slot: those untagged, in their order; per slot
+-- name its last tag's limits and its items untagged; the names in their first order.
+local function frontier_slot_groups(items)
   local plain, by_slot, order = {}, {}, {}
   for _, item in ipairs(items) do
     local header, bare = frontier_slot_split(item[2])
@@ -121,23 +112,42 @@ local function frontier_enqueue(queue, items, front)
     if slot then
       local group = by_slot[slot.name]
       if not group then
-        group = { slot = slot, items = {} }
+        group = { items = {} }
         by_slot[slot.name] = group
         order[#order + 1] = slot.name
       end
-      group.slot = slot
+      group.slot = slot -- (the last worker's settings)
       group.items[#group.items + 1] = { item[1], bare }
     else
       plain[#plain + 1] = item
     end
   end
+  return plain, by_slot, order
+end
+
+-- Refuse (WRONGTYPE), before anything is written, a key of another type where the
+-- slots named in ``order`` are kept.
+local function frontier_slot_check(queue, order)
+  if #order == 0 then return end
+  frontier_slot_check_keys(queue)
+  for _, name in ipairs(order) do
+    dedup_check_type(frontier_slot_queue(queue, name), 'zset', 'the frontier slot queue')
+  end
+end
+
+-- Push ``items`` ({priority, item} each) as frontier_push does: those tagged with a
+-- slot to its queue (untagged), the others to ``queue``.
+local function frontier_enqueue(queue, items, front)
+  local plain, by_slot, order = frontier_slot_groups(items)
+  frontier_slot_check(queue, order)
   if #plain > 0 then frontier_push(queue, plain, front) end
   if #order == 0 then return end
   local now = dedup_now_ms()
+  local slots = frontier_slot_keys(queue)
   for _, name in ipairs(order) do
     local group = by_slot[name]
-    frontier_push(queue .. ':slot:' .. name, group.items, front)
-    local state = frontier_slot_state(queue .. ':slots', name)
+    frontier_push(frontier_slot_queue(queue, name), group.items, front)
+    local state = frontier_slot_state(slots, name)
     frontier_slot_settings(state, group.slot)
     frontier_slot_save(queue, name, state, now)
   end
@@ -151,7 +161,7 @@ local function frontier_slot_free(queue, held, now)
   local header = frontier_slot_split(string.sub(held, space + 1))
   local slot = header and frontier_slot_header(header)
   if not slot then return end
-  local state = frontier_slot_state(queue .. ':slots', slot.name)
+  local state = frontier_slot_state(frontier_slot_keys(queue), slot.name)
   state.leased = state.leased - 1
   frontier_slot_save(queue, slot.name, state, now)
 end
@@ -167,7 +177,7 @@ local function frontier_slot_take(queue, n, set_bad, now, rand)
     local top = rcall('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, 1)[1]
     if not top then break end
     local state = frontier_slot_state(slots, top)
-    local key = queue .. ':slot:' .. top
+    local key = frontier_slot_queue(queue, top)
     dedup_check_type(key, 'zset', 'the frontier slot queue')
     local one = frontier_pop(key, 1, set_bad)
     if one[1] then
