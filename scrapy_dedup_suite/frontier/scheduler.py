@@ -307,7 +307,10 @@ class Scheduler(BaseScheduler):
 
     def _settled(self) -> None:
         """Act on the pages done whose children are settled (recorded and enqueued, or
-        seen): acknowledge them, or keep them to try again later."""
+        seen): acknowledge them, or keep them to try again later. With nothing taken,
+        the shards are looked at again: a slot whose concurrency was full made them say
+        nothing waits, and these acknowledgements free it (the engine's next ask, right
+        after, carries them and leases its next request, not ACK_WITHIN later)."""
         settling = self.holdings.settling
         acted = False
         while settling and self.incoming.settled(settling[0][0]):
@@ -317,6 +320,8 @@ class Scheduler(BaseScheduler):
             acted = True
         if acted and not self._closed:
             self.acks_due.ask(ACK_WITHIN)
+            if not self.holdings.taken:  # (they may free a full slot: look again)
+                self.looks.forget()
         self._forget_if_idle()
 
     def _batch_answered(self) -> None:
