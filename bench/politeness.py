@@ -55,6 +55,8 @@ class HostsSite:
         self.answering: dict[int, int] = defaultdict(int)
         self.most: dict[int, int] = defaultdict(int)
         self.lock = threading.Lock()
+        #: Host -> (requests left to refuse with 429, the Retry-After sent or None).
+        self.refusing: dict[int, tuple[int, str | None]] = {}
         self.servers = [self._serve(h) for h in range(hosts)]
         self.urls = [f"http://127.0.0.{h + 1}:{s.server_port}" for h, s in enumerate(self.servers)]
 
@@ -81,6 +83,17 @@ class HostsSite:
 
             def answer(self) -> None:
                 time.sleep(site.pause)
+                with site.lock:
+                    left, after = site.refusing.get(host, (0, None))
+                    if left:
+                        site.refusing[host] = (left - 1, after)
+                if left:
+                    self.send_response(429)
+                    if after is not None:
+                        self.send_header("Retry-After", after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 n = int(self.path.rsplit("/", 1)[1])
                 kids = range(n * LINKS + 1, min(n * LINKS + LINKS + 1, site.pages))
                 links = "".join(f'<a href="{site.url(c)}">{c}</a>' for c in kids)

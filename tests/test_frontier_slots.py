@@ -277,3 +277,112 @@ def test_a_page_done_in_a_full_slot_has_the_next_request_leased_at_once(redis_ur
         assert third is not None and third.url not in (first.url, second.url)
     finally:
         scheduler.close("finished")
+
+
+# -- shared back-off: a site's refusal blocks its slot for every worker ----------------
+
+
+def block(
+    queue: FrontierQueue, url: str, asked_ms: int, first_ms=1000, most_ms=HOUR_MS, **settings
+):
+    from scrapy_dedup_suite.server import scripts
+
+    header = SlotPolicy(Settings({"RANDOMIZE_DOWNLOAD_DELAY": False, **settings})).header(
+        SlotPolicy.key(Request(url))
+    )
+    args = [header, asked_ms, first_ms, most_ms]
+    ms, strikes = scripts.FRONTIER_BLOCK(queue.server, [queue.shards[0].queue], args)
+    return int(ms), int(strikes)
+
+
+def slot_line(server, queue: FrontierQueue, name: str) -> list[int]:
+    return [int(x) for x in server.hget(queue.shards[0].slots, name).split()]
+
+
+def test_a_refusal_blocks_its_slot_for_every_worker_and_the_others_go_on(server):
+    """A 429 with Retry-After an hour: no worker is handed the slot's next request
+    before then (it is handed out a delay before, to hold); another host's requests
+    still come."""
+    one, two = workers(server)
+    shard = one.shards[0]
+    one.push(shard, [(0, tagged(f"http://a.test/{i}")) for i in range(2)])
+    one.push(shard, [(0, tagged("http://b.test/0"))])
+    assert block(one, "http://a.test/0", HOUR_MS) == (HOUR_MS, 0)
+    leased = two.call(shard, 60_000, take=10)
+    assert urls(leased) == ["http://b.test/0"]
+    assert leased.due_in is not None and 3599 < leased.due_in <= 3600
+
+
+def test_the_back_off_doubles_for_each_refusal_after_a_block_and_starts_over_after_quiet(
+    server,
+):
+    """No Retry-After: FRONTIER_BACKOFF (here 1 s), doubled for each refusal after the
+    last block ended, up to its bound; refusals while blocked (requests sent before the
+    block) do not count again; a slot not refused for the bound starts over. The
+    slot's past is written by hand (the server's clock cannot be moved)."""
+    queue = workers(server, 1)[0]
+    name = "a.test"
+    assert block(queue, "http://a.test/", -1) == (1000, 1)
+    assert block(queue, "http://a.test/", -1)[1] == 1  # (still blocked: not again)
+    now = int(server.time()[0]) * 1000
+    line = slot_line(server, queue, name)
+    line[5] = now - 10  # (the block ended 10 ms ago)
+    server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
+    ms, strikes = block(queue, "http://a.test/", -1, most_ms=3000)
+    assert (strikes, ms) == (2, 2000)
+    line = slot_line(server, queue, name)
+    line[5], line[6] = now - 10, 5  # (five refusals: 32 s, bounded at 3 s)
+    server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
+    assert block(queue, "http://a.test/", -1, most_ms=3000) == (3000, 6)
+    line = slot_line(server, queue, name)
+    line[5] = now - 5000  # (quiet for longer than the bound)
+    server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
+    assert block(queue, "http://a.test/", -1, most_ms=3000) == (1000, 1)
+
+
+def test_a_slot_line_of_an_older_version_or_another_client_still_blocks(server):
+    """A line of five fields (before the back-off) keeps its fields and gains the
+    block; a line that is not the frontier's reads as a slot never used."""
+    queue = workers(server, 1)[0]
+    slots = queue.shards[0].slots
+    server.hset(slots, "a.test", "0 0 250 0 3")
+    assert block(queue, "http://a.test/", 5000) == (5000, 0)
+    line = slot_line(server, queue, "a.test")
+    assert line[1:5] == [0, 250, 0, 3] and line[0] == line[5]
+    server.hset(slots, "b.test", "junk")
+    assert block(queue, "http://b.test/", -1) == (1000, 1)
+
+
+def test_retry_after_reads_seconds_and_http_dates_and_nothing_else():
+    from scrapy_dedup_suite.frontier.backoff import retry_after
+
+    assert retry_after(b"120") == 120.0
+    assert retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+    for bad in (None, b"", b"-5", b"soon", b"1.5", b"Wed, 21 Oct 2015 07:28:00"):
+        assert retry_after(bad) is None, bad
+
+
+@pytest.mark.single_server
+def test_a_429_seen_by_one_worker_stops_every_worker_s_requests_to_that_host(
+    tmp_path, redis_settings
+):
+    """The first request to host 1 answers 429 with Retry-After: 3. No request reaches
+    host 1 again before 3 s after it (the hosts' clocks; a lower bound), from either
+    worker, while host 0's are still fetched meanwhile; then every page is fetched (the
+    refused one retried by Scrapy's RetryMiddleware). (Without the shared back-off, the
+    retry came at once.)"""
+    site = HostsSite(pages=100, hosts=3, pause=0.05)
+    site.refusing[1] = (1, "3")
+    try:
+        settings = settings_for(
+            redis_settings, "compact", "frontier", CONCURRENT_REQUESTS_PER_DOMAIN=1
+        )
+        assert crawl_by_two(tmp_path, site, settings) == list(range(site.pages))
+        with site.lock:
+            arrivals = {h: sorted(times) for h, times in site.arrivals.items()}
+        refused, *after = arrivals[1]
+        assert after and after[0] - refused >= 3.0, after[0] - refused
+        assert any(refused < t < refused + 3.0 for t in arrivals[0])
+    finally:
+        site.stop()

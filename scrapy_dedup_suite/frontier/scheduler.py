@@ -41,6 +41,7 @@ from ..dedup.engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
 from ..server.privileges import permission_error
 from ..settings.table import read
+from .backoff import SlotBackoff, on_refusal
 from .frontier_options import FrontierOptions
 from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
@@ -126,6 +127,12 @@ class Scheduler(BaseScheduler):
         #: Each request's download slot, kept across workers (FRONTIER_POLITENESS).
         self.slots = self.incoming.slots = SlotPolicy.from_settings(crawler.settings)
         self.taking.on_answered = self._lease_answered
+        #: Blocks a slot a site refused, for every worker (FRONTIER_BACKOFF_HTTP_CODES).
+        backoff = SlotBackoff.from_settings(crawler.settings, self.slots)
+        self._on_refusal = None if backoff is None else on_refusal(
+            backoff, lambda: self.queue, self.holdings, lambda: self.clock(), self._count,
+            self.refusals.failed,
+        )  # fmt: skip
         self._closed = False
         #: Whether the open took its queue: a worker refused at its open, or stopped by
         #: a key refused, deletes nothing at the close (what it refused stays as it was).
@@ -177,6 +184,8 @@ class Scheduler(BaseScheduler):
             waiting = held = 0
         self._opened = True
         watch_engine(self.crawler, self._done)
+        if self._on_refusal is not None:
+            self.crawler.signals.connect(self._on_refusal, signals.response_downloaded)
         self._acknowledging = task.LoopingCall(self._acknowledge)
         self._acknowledging.start(self.options.lease / 3, now=False)
         if running_reactor() is not None:  # (as the engine opens it, not a test)

@@ -228,6 +228,7 @@ FRONTIER_PUSH = LuaScript("frontier_push")
 FRONTIER_LEASE = LuaScript("frontier_lease")
 FRONTIER_TAKEOVER = LuaScript("frontier_takeover")
 FRONTIER_UNASIDE = LuaScript("frontier_unaside")
+FRONTIER_BLOCK = LuaScript("frontier_block")
 
 
 def _send_without_resending(pipe: ClusterPipeline) -> list[Any]:

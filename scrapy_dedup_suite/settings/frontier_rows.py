@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .kinds import TEN_YEARS, Checked, Flag, Seconds, Setting, Text, Whole
+from .kinds import TEN_YEARS, Checked, Flag, HttpCodes, Seconds, Setting, Text, Whole
 
 FRONTIER_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -71,6 +71,32 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         "`meta['download_slot']`) and a lease call hands out a slot's request only when the "
         "slot is ready; off: each worker's downloader keeps its own, so N workers hit a host "
         "N times as hard (see frontier.md, Politeness)",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_BACKOFF_HTTP_CODES",
+        [429, 503],
+        HttpCodes(),
+        "under `FRONTIER_POLITENESS`: a response with one of these codes blocks its "
+        "download slot for every worker, for its `Retry-After` (seconds or a date), else "
+        "for the back-off (`FRONTIER_BACKOFF`); `[]`: no shared back-off",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_BACKOFF",
+        10.0,
+        Seconds(0.0, 86400.0, "a number of seconds > 0 (e.g. 10)"),
+        "a slot's block after a refusal without `Retry-After`; doubled for each refusal "
+        "after a block ended, up to `FRONTIER_BACKOFF_MAX`; a slot not refused for "
+        "`FRONTIER_BACKOFF_MAX` after its last block starts over",
+        table="frontier",
+    ),
+    Setting(
+        "FRONTIER_BACKOFF_MAX",
+        600.0,
+        Seconds(0.0, 7 * 86400.0, "a number of seconds > 0 (e.g. 600)"),
+        "the longest block of a slot, `Retry-After`'s too (a site that asks for days does "
+        "not stop the crawl for days)",
         table="frontier",
     ),
     Setting(

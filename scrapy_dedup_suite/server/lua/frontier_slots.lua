@@ -6,9 +6,11 @@
 -- last dispatch passed (the server's clock), fewer than its concurrency leased.
 -- Keys, all in the shard's slot (its hash tag), named from its queue:
 -- - queue .. ':slot:' .. name: the slot's queue of runs (frontier_runs), as the shard's;
--- - queue .. ':slots': a hash, name -> "next leased delay jitter concurrency": the
---   server's time (ms) of its next dispatch, its requests leased and not done, its
---   delay (ms), jitter (thousandths: 500 is Scrapy's +-50%) and concurrency;
+-- - queue .. ':slots': a hash, name -> "next leased delay jitter concurrency blocked
+--   strikes": the server's time (ms) of its next dispatch, its requests leased and not
+--   done, its delay (ms), jitter (thousandths: 500 is Scrapy's +-50%), concurrency,
+--   until when (ms) a site's refusal blocked it and the refusals counted in its
+--   back-off (frontier_block.lua; a line of the first five fields reads as none);
 -- - queue .. ':ready': a sorted set, name -> from when (ms) its next request may be
 --   handed out: one delay before its dispatch (the worker holds it until then). A slot
 --   is there while its queue holds requests and its leases are fewer than its concurrency.
@@ -66,12 +68,15 @@ end
 -- never used (a mistake there costs a delay once, never a stalled slot).
 local function frontier_slot_state(slots, name)
   local line = rcall('HGET', slots, name)
-  local state = { next_at = 0, leased = 0, delay = 0, jitter = 0, conc = 1 }
+  local state = { next_at = 0, leased = 0, delay = 0, jitter = 0, conc = 1, blocked = 0,
+    strikes = 0 }
   if line then
-    local a, b, c, d, e = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    local a, b, c, d, e, rest = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
     if a and #a <= 15 and #b <= 9 and #c <= 12 and #d <= 4 and #e <= 6 then
       state = { next_at = tonumber(a), leased = tonumber(b), delay = tonumber(c),
-        jitter = tonumber(d), conc = math.max(1, tonumber(e)) }
+        jitter = tonumber(d), conc = math.max(1, tonumber(e)), blocked = 0, strikes = 0 }
+      local f, g = string.match(rest, '^ (%d+) (%d+)$')
+      if f and #f <= 15 and #g <= 3 then state.blocked, state.strikes = tonumber(f), tonumber(g) end
     end
   end
   return state
@@ -88,8 +93,9 @@ local function frontier_slot_save(queue, name, state, now)
     rcall('ZREM', ready, name)
     return
   end
-  rcall('HSET', slots, name, string.format('%d %d %d %d %d', state.next_at,
-    math.max(0, state.leased), state.delay, state.jitter, state.conc))
+  rcall('HSET', slots, name, string.format('%d %d %d %d %d %d %d', state.next_at,
+    math.max(0, state.leased), state.delay, state.jitter, state.conc, state.blocked,
+    state.strikes))
   if queued and state.leased < state.conc then
     rcall('ZADD', ready, math.max(0, state.next_at - state.delay), name)
   else

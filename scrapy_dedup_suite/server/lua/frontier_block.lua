@@ -1,0 +1,38 @@
+-- include: prelude, frontier
+-- A site refused a request (429, 503: scrapy_dedup_suite/frontier/backoff.py): block
+-- its download slot for every worker. Its next dispatch comes no sooner than the end
+-- of the block (frontier_slots: a slot is handed out one delay before its next
+-- dispatch, and the worker holds the request until then).
+-- KEYS[1]: the shard's queue (the slot's keys are named from it, frontier_slots).
+-- ARGV[1]: the slot's header as a worker tags its requests, "delay jitter concurrency
+-- name" (its limits, should the slot be new here), ARGV[2]: the block the site asked
+-- for in ms (Retry-After), or -1 for none: the back-off, ARGV[3] ms the first time,
+-- doubled for each refusal after a block ended, up to ARGV[4] ms (which also bounds
+-- ARGV[2]). A refusal while the slot is blocked (a request sent before the block) does
+-- not count again; a slot not refused for ARGV[4] ms after its last block starts over.
+-- Returns {ms from now until the block ends, refusals counted}.
+local queue = KEYS[1]
+local asked, first, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local slot = frontier_slot_header(ARGV[1])
+if not slot or not asked or not first or not most then
+  return redis.error_reply('ERR frontier_block: a slot header and three numbers expected')
+end
+frontier_slot_check_keys(queue)
+local now = dedup_now_ms()
+local slots = frontier_slot_keys(queue)
+local state = frontier_slot_state(slots, slot.name)
+if rcall('HEXISTS', slots, slot.name) == 0 then frontier_slot_settings(state, slot) end
+local block
+if asked >= 0 then
+  block = math.min(asked, most)
+elseif state.blocked > now then
+  block = state.blocked - now -- (refused by a request sent before the block)
+else
+  if now - state.blocked > most then state.strikes = 0 end
+  block = math.min(first * 2 ^ math.min(state.strikes, 40), most)
+  state.strikes = math.min(state.strikes + 1, 999)
+end
+state.blocked = math.max(state.blocked, now + math.floor(block))
+state.next_at = math.max(state.next_at, state.blocked)
+frontier_slot_save(queue, slot.name, state, now)
+return { state.blocked - now, state.strikes }
