@@ -57,6 +57,8 @@ class HostsSite:
         self.lock = threading.Lock()
         #: Host -> (requests left to refuse with 429, the Retry-After sent or None).
         self.refusing: dict[int, tuple[int, str | None]] = {}
+        #: Host -> its robots.txt (else a 404); its requests are not counted as arrivals.
+        self.robots: dict[int, str] = {}
         self.servers = [self._serve(h) for h in range(hosts)]
         self.urls = [f"http://127.0.0.{h + 1}:{s.server_port}" for h, s in enumerate(self.servers)]
 
@@ -71,6 +73,9 @@ class HostsSite:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path == "/robots.txt":
+                    self.robots_txt()
+                    return
                 with site.lock:
                     site.arrivals[host].append(time.monotonic())
                     site.answering[host] += 1
@@ -80,6 +85,18 @@ class HostsSite:
                 finally:
                     with site.lock:
                         site.answering[host] -= 1
+
+            def robots_txt(self) -> None:
+                text = site.robots.get(host)
+                if text is None:
+                    self.send_error(404)
+                    return
+                body = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def answer(self) -> None:
                 time.sleep(site.pause)

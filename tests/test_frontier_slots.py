@@ -386,3 +386,80 @@ def test_a_429_seen_by_one_worker_stops_every_worker_s_requests_to_that_host(
         assert any(refused < t < refused + 3.0 for t in arrivals[0])
     finally:
         site.stop()
+
+
+# -- a delay a worker learned: robots.txt's Crawl-delay, AutoThrottle's ------------------
+
+
+def test_a_delay_a_worker_learned_raises_the_slot_s_until_one_says_otherwise(server):
+    """A tag saying a learned delay of an hour ("0:3600000") makes the slot's delay an
+    hour, for every worker; a tag saying nothing learned (another worker's) leaves it;
+    one that learned 0 (a robots.txt without Crawl-delay) lowers it."""
+    one = workers(server, 1)[0]
+    shard = one.shards[0]
+    policy = SlotPolicy(Settings({"RANDOMIZE_DOWNLOAD_DELAY": False}))
+
+    def entry(i: int, learned: float | None) -> bytes:
+        header = policy.header("c.test", learned)
+        return bytes((5, len(header))) + header + f"\x01http://c.test/{i}".encode()
+
+    one.push(shard, [(0, entry(0, 3600.0)), (0, entry(1, 3600.0))])
+    first = one.call(shard, 60_000, take=10)
+    assert urls(first) == ["http://c.test/0", "http://c.test/1"]
+    assert first.holds[0] == 0.0 and 3599 < first.holds[1] <= 3600
+    one.push(shard, [(0, entry(2, None))])
+    assert slot_line(server, one, "c.test")[7] == 3_600_000  # (kept)
+    one.push(shard, [(0, entry(3, 0.0))])
+    assert slot_line(server, one, "c.test")[7] == 0
+
+
+def crawl_delay_read() -> bool:
+    from scrapy.robotstxt import RobotParser
+
+    return hasattr(RobotParser, "crawl_delay")
+
+
+@pytest.mark.single_server
+@pytest.mark.skipif(not crawl_delay_read(), reason="this Scrapy does not read Crawl-delay (2.18+)")
+def test_robots_txt_s_crawl_delay_holds_across_workers(tmp_path, redis_settings):
+    """Host 0's robots.txt says Crawl-delay: 0.5 (no DOWNLOAD_DELAY): once a worker read
+    it, no two requests reach host 0 less than 0.95 of it apart, from either worker
+    (the hosts' clocks; a lower bound). The first two may: page 0 was queued before
+    any worker read robots.txt. (Without it, 0.05 s apart.)"""
+    site = HostsSite(pages=20, hosts=3, pause=0.0)
+    site.robots[0] = "User-agent: *\nCrawl-delay: 0.5\n"
+    try:
+        settings = settings_for(
+            redis_settings, "compact", "frontier",
+            ROBOTSTXT_OBEY=True, CONCURRENT_REQUESTS_PER_DOMAIN=1,
+        )  # fmt: skip
+        assert crawl_by_two(tmp_path, site, settings) == list(range(site.pages))
+        with site.lock:
+            times = sorted(site.arrivals[0])
+        gaps = [b - a for a, b in zip(times, times[1:])][1:]
+        assert len(gaps) >= 10 and min(gaps) >= 0.95 * 0.5, gaps
+    finally:
+        site.stop()
+
+
+def test_autothrottle_s_delay_for_a_slot_is_what_the_worker_learned():
+    """Under AutoThrottle the worker tags a slot's requests with the delay AutoThrottle
+    set for that slot here (shared: the slot keeps the last worker's); without it, or
+    for a slot this worker has not downloaded from, it learned nothing."""
+    from types import SimpleNamespace
+
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_dedup_suite.frontier.slots import learned_delays
+
+    slots = {"a.test": SimpleNamespace(delay=2.5)}
+    for throttled, expected in ((True, 2.5), (False, None)):
+        crawler = get_crawler(settings_dict={"AUTOTHROTTLE_ENABLED": throttled})
+        downloader = SimpleNamespace(slots=slots, middleware=SimpleNamespace(middlewares=()))
+        crawler.engine = SimpleNamespace(downloader=downloader)
+        learned = learned_delays(crawler)
+        assert learned(Request("http://a.test/x"), "a.test") == expected
+        assert learned(Request("http://b.test/x"), "b.test") is None
+    policy = SlotPolicy(Settings({"RANDOMIZE_DOWNLOAD_DELAY": False, "DOWNLOAD_DELAY": 1}))
+    assert policy.header("a.test", 2.5) == b"1000:2500 0 8 a.test"
+    assert policy.header("a.test") == b"1000 0 8 a.test"

@@ -51,7 +51,7 @@ from .queue import FrontierQueue
 from .record import load_scripts
 from .refusals import Refusals, wrong_type
 from .shard_calls import ShardCalls
-from .slots import SlotPolicy, local_delay_off
+from .slots import SlotPolicy, learned_delays, local_delay_off
 from .takeover import old_queue, take_over
 from .taking import Taking
 
@@ -186,6 +186,8 @@ class Scheduler(BaseScheduler):
         watch_engine(self.crawler, self._done)
         if self._on_refusal is not None:
             self.crawler.signals.connect(self._on_refusal, signals.response_downloaded)
+        if self.slots is not None:
+            self.slots.learned = learned_delays(self.crawler)
         self._acknowledging = task.LoopingCall(self._acknowledge)
         self._acknowledging.start(self.options.lease / 3, now=False)
         if running_reactor() is not None:  # (as the engine opens it, not a test)

@@ -11,13 +11,22 @@ no jitter setting) and ``CONCURRENT_REQUESTS_PER_IP`` (if set) or ``_PER_DOMAIN`
 entry the worker sends is tagged with its slot's header; the queue keeps the entry
 alone, under its slot.
 
+A slot's delay is raised by what a worker learned of it (:func:`learned_delays`):
+robots.txt's ``Crawl-delay`` (Scrapy >= 2.18, with ``ROBOTSTXT_OBEY``) and, under
+AutoThrottle, the delay AutoThrottle set for its slot. A worker that learned one tags
+its requests for that slot with it ("delay:learned"); the slot keeps the last one said
+(a worker that learned nothing leaves it), and its delay is the larger of the two: so
+AutoThrottle's adjusted delay is shared by every worker.
+
 The worker holds a request its lease call says is due later (at most one delay) and
 sets its own downloader's delay for that slot to 0: the frontier keeps the delay, and a
-second delay in each worker would only slow the crawl.
+second delay in each worker would only slow the crawl (AutoThrottle's is left to it:
+it adjusts from it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
 TAG = 5
 #: The longest slot name kept in a tag: the header's length is one byte.
 NAME_BYTES = 200
+#: The longest delay a tag carries (s): a day (a robots.txt asking more is read as a day).
+MOST_DELAY = 86400.0
 
 
 def jitter_of(settings: BaseSettings) -> float:
@@ -58,6 +69,9 @@ class SlotPolicy:
         )
         self.per_slot: dict[str, dict[str, Any]] = settings.getdict("DOWNLOAD_SLOTS")
         self._headers: dict[str, bytes] = {}
+        #: The delay (s) this worker learned a request's slot needs, or None (set at the
+        #: open: :func:`learned_delays`).
+        self.learned: Callable[[Request, str], float | None] = lambda request, key: None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SlotPolicy | None:
@@ -88,22 +102,61 @@ class SlotPolicy:
             int(own.get("concurrency", self.concurrency)),
         )
 
-    def header(self, key: str) -> bytes:
+    def header(self, key: str, learned: float | None = None) -> bytes:
         """The tag's header of slot ``key``: "delay jitter concurrency name" (ms,
-        thousandths, requests)."""
-        header = self._headers.get(key)
+        thousandths, requests); "delay:learned" with a delay learned (s)."""
+        header = self._headers.get(key) if learned is None else None
         if header is None:
             delay, jitter, concurrency = self.limits(key)
+            ms = f"{round(min(max(delay, 0.0), MOST_DELAY) * 1000)}"
+            if learned is not None:
+                ms += f":{round(min(max(learned, 0.0), MOST_DELAY) * 1000)}"
             name = key.encode("utf-8")[:NAME_BYTES]
-            fields = f"{round(max(delay, 0.0) * 1000)} {round(min(max(jitter, 0.0), 1.0) * 1000)} "
-            header = f"{fields}{max(1, concurrency)} ".encode() + name
-            self._headers[key] = header
+            fields = f"{ms} {round(min(max(jitter, 0.0), 1.0) * 1000)} {max(1, concurrency)} "
+            header = fields.encode() + name
+            if learned is None:
+                self._headers[key] = header
         return header
 
     def tag(self, entry: bytes, request: Request) -> bytes:
         """``entry`` tagged with ``request``'s slot."""
-        header = self.header(self.key(request))
+        key = self.key(request)
+        header = self.header(key, self.learned(request, key))
         return bytes((TAG, len(header))) + header + entry
+
+
+def learned_delays(crawler: Crawler) -> Callable[[Request, str], float | None]:
+    """What this worker learned a request's slot needs as its delay (s), or None:
+    robots.txt's ``Crawl-delay`` for its user agent, where the worker's
+    ``RobotsTxtMiddleware`` parsed that host's robots.txt (Scrapy >= 2.18 reads it;
+    none in it is 0), and under AutoThrottle the delay AutoThrottle set for the slot
+    here (the larger)."""
+    from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+
+    downloader = getattr(getattr(crawler, "engine", None), "downloader", None)
+    middlewares = getattr(getattr(downloader, "middleware", None), "middlewares", ())
+    robots = next((m for m in middlewares if isinstance(m, RobotsTxtMiddleware)), None)
+    throttled = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
+
+    def learned(request: Request, key: str) -> float | None:
+        delay: float | None = None
+        parsers = getattr(robots, "_parsers", None)
+        if isinstance(parsers, dict):
+            crawl_delay = getattr(parsers.get(urlparse_cached(request).netloc), "crawl_delay", None)
+            if callable(crawl_delay):
+                agent = getattr(robots, "_robotstxt_useragent", None) or request.headers.get(
+                    b"User-Agent", crawler.settings.get("USER_AGENT")
+                )
+                try:
+                    delay = float(crawl_delay(agent) or 0.0)
+                except (TypeError, ValueError):  # (a robots.txt's odd value: none)
+                    delay = 0.0
+        slot = (getattr(downloader, "slots", None) or {}).get(key) if throttled else None
+        if slot is not None:
+            delay = max(delay or 0.0, float(getattr(slot, "delay", 0.0) or 0.0))
+        return delay if delay is None or delay == delay else None  # (NaN: none)
+
+    return learned
 
 
 def local_delay_off(crawler: Crawler, request: Request) -> None:

@@ -7,16 +7,19 @@
 -- Keys, all in the shard's slot (its hash tag), named from its queue:
 -- - queue .. ':slot:' .. name: the slot's queue of runs (frontier_runs), as the shard's;
 -- - queue .. ':slots': a hash, name -> "next leased delay jitter concurrency blocked
---   strikes": the server's time (ms) of its next dispatch, its requests leased and not
---   done, its delay (ms), jitter (thousandths: 500 is Scrapy's +-50%), concurrency,
---   until when (ms) a site's refusal blocked it and the refusals counted in its
---   back-off (frontier_block.lua; a line of the first five fields reads as none);
+--   strikes learned": the server's time (ms) of its next dispatch, its requests leased
+--   and not done, its delay (ms), jitter (thousandths: 500 is Scrapy's +-50%),
+--   concurrency, until when (ms) a site's refusal blocked it, the refusals counted in
+--   its back-off (frontier_block.lua), and the delay a worker learned it needs (ms:
+--   robots.txt's Crawl-delay, AutoThrottle's), a floor under the slot's delay, jitter
+--   and all (a line of the first five fields, an older version's, reads as none of these);
 -- - queue .. ':ready': a sorted set, name -> from when (ms) its next request may be
 --   handed out: one delay before its dispatch (the worker holds it until then). A slot
 --   is there while its queue holds requests and its leases are fewer than its concurrency.
 -- A request tagged with its slot, as the worker sends it and as a lease keeps it: the
 -- byte 5, its header's length (a byte), the header "delay jitter concurrency name",
--- then the entry. Its slot's queue keeps the entry alone (the name is the key's).
+-- then the entry; its delay may be "delay:learned" (a worker that learned one says so;
+-- the others leave the slot's as it is). Its slot's queue keeps the entry alone (the name is the key's).
 
 local function frontier_slot_keys(queue)
   return queue .. ':slots', queue .. ':ready'
@@ -56,12 +59,14 @@ end
 
 -- A header read: delay (ms), jitter (thousandths), concurrency, name; nil if it is not one.
 local function frontier_slot_header(header)
-  local delay, jitter, conc, name = string.match(header, '^(%d+) (%d+) (%d+) (.*)$')
-  if not delay or #delay > 12 or #jitter > 4 or #conc > 6 or tonumber(conc) < 1 then
+  local delay, learned, jitter, conc, name =
+    string.match(header, '^(%d+):?(%d*) (%d+) (%d+) (.*)$')
+  if not delay or #delay > 12 or #learned > 12 or #jitter > 4 or #conc > 6
+    or tonumber(conc) < 1 then
     return nil
   end
-  return { delay = tonumber(delay), jitter = math.min(tonumber(jitter), 1000),
-    conc = tonumber(conc), name = name }
+  return { delay = tonumber(delay), learned = tonumber(learned),
+    jitter = math.min(tonumber(jitter), 1000), conc = tonumber(conc), name = name }
 end
 
 -- A slot's state (its hash field), read leniently: what does not parse reads as a slot
@@ -69,17 +74,25 @@ end
 local function frontier_slot_state(slots, name)
   local line = rcall('HGET', slots, name)
   local state = { next_at = 0, leased = 0, delay = 0, jitter = 0, conc = 1, blocked = 0,
-    strikes = 0 }
+    strikes = 0, learned = 0 }
   if line then
     local a, b, c, d, e, rest = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
     if a and #a <= 15 and #b <= 9 and #c <= 12 and #d <= 4 and #e <= 6 then
       state = { next_at = tonumber(a), leased = tonumber(b), delay = tonumber(c),
-        jitter = tonumber(d), conc = math.max(1, tonumber(e)), blocked = 0, strikes = 0 }
-      local f, g = string.match(rest, '^ (%d+) (%d+)$')
-      if f and #f <= 15 and #g <= 3 then state.blocked, state.strikes = tonumber(f), tonumber(g) end
+        jitter = tonumber(d), conc = math.max(1, tonumber(e)), blocked = 0, strikes = 0,
+        learned = 0 }
+      local f, g, h = string.match(rest, '^ (%d+) (%d+) (%d+)$')
+      if f and #f <= 15 and #g <= 3 and #h <= 12 then
+        state.blocked, state.strikes, state.learned = tonumber(f), tonumber(g), tonumber(h)
+      end
     end
   end
   return state
+end
+
+-- The slot's delay (ms): its settings' or what a worker learned, the larger.
+local function frontier_slot_delay(state)
+  return math.max(state.delay, state.learned)
 end
 
 -- Write ``state`` back, and the slot's place in the ready set: there while its queue
@@ -93,19 +106,21 @@ local function frontier_slot_save(queue, name, state, now)
     rcall('ZREM', ready, name)
     return
   end
-  rcall('HSET', slots, name, string.format('%d %d %d %d %d %d %d', state.next_at,
+  rcall('HSET', slots, name, string.format('%d %d %d %d %d %d %d %d', state.next_at,
     math.max(0, state.leased), state.delay, state.jitter, state.conc, state.blocked,
-    state.strikes))
+    state.strikes, state.learned))
   if queued and state.leased < state.conc then
-    rcall('ZADD', ready, math.max(0, state.next_at - state.delay), name)
+    rcall('ZADD', ready, math.max(0, state.next_at - frontier_slot_delay(state)), name)
   else
     rcall('ZREM', ready, name)
   end
 end
 
--- Take ``header``'s delay, jitter and concurrency (the last worker's settings).
+-- Take ``header``'s delay, jitter and concurrency (the last worker's settings), and the
+-- delay it learned, if it says one.
 local function frontier_slot_settings(state, slot)
   state.delay, state.jitter, state.conc = slot.delay, slot.jitter, slot.conc
+  if slot.learned then state.learned = slot.learned end
 end
 
 -- ``items`` ({priority, item} each) by slot: those untagged, in their order; per slot
@@ -193,7 +208,7 @@ local function frontier_slot_take(queue, n, set_bad, now, rand)
         rand = (rand * 16807) % 2147483647
         delay = delay * (1 + (2 * rand / 2147483647 - 1) * state.jitter / 1000)
       end
-      state.next_at = at + math.floor(delay)
+      state.next_at = at + math.floor(math.max(delay, state.learned)) -- (learned: a floor)
       state.leased = state.leased + 1
       local header = state.delay .. ' ' .. state.jitter .. ' ' .. state.conc .. ' ' .. top
       got[#got + 1] = { one[1][1], frontier_slot_join(header, one[1][2]), at - now }
