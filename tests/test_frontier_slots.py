@@ -463,3 +463,35 @@ def test_autothrottle_s_delay_for_a_slot_is_what_the_worker_learned():
     policy = SlotPolicy(Settings({"RANDOMIZE_DOWNLOAD_DELAY": False, "DOWNLOAD_DELAY": 1}))
     assert policy.header("a.test", 2.5) == b"1000:2500 0 8 a.test"
     assert policy.header("a.test") == b"1000 0 8 a.test"
+
+
+def test_dedup_info_lists_the_slots_with_most_waiting_their_delay_leases_and_blocks(server):
+    """Issue 54 item 5: the slots with the most requests waiting, each with its
+    delay, leases and how long a refusal still blocks it; a slot's line that is not the
+    frontier's is counted but not listed."""
+    from scrapy_dedup_suite.commands.dedup_info import render
+    from scrapy_dedup_suite.frontier.figures import crawl_figures
+
+    one = workers(server, 1)[0]
+    shard = one.shards[0]
+    one.push(shard, [(0, tagged(f"http://a.test/{i}")) for i in range(5)])
+    one.push(shard, [(0, tagged(f"http://b.test/{i}", DOWNLOAD_DELAY=3600)) for i in range(3)])
+    one.push(shard, [(0, tagged("http://c.test/0"))])
+    leased = one.call(shard, 60_000, take=1)  # (a.test's, the slot ready longest)
+    assert urls(leased) == ["http://a.test/0"]
+    block(one, "http://c.test/0", HOUR_MS)
+    server.hset(shard.slots, "junk.test", "not a slot")
+    view = crawl_figures(one, 60.0, 0.0, slots=2)
+    assert view["slots"] == 4
+    top = view["busiest_slots"]
+    assert [(s["name"], s["waiting"], s["leased"]) for s in top] == [
+        ("a.test", 4, 1), ("b.test", 3, 0)
+    ]  # fmt: skip
+    assert top[1]["delay"] == 3600.0 and top[1]["blocked_for"] is None
+    c = crawl_figures(one, 60.0, 0.0, slots=3)["busiest_slots"][2]
+    assert c["name"] == "c.test" and c["waiting"] == 1 and 3599 < c["blocked_for"] <= 3600
+    view["scrapy_redis_queue"] = {"key": "t:requests", "type": "none", "requests": 0}
+    view["status"] = view["status_detail"] = ""
+    text = render("spider", {"frontier": view})
+    assert "4 download slot(s); the most waiting:" in text
+    assert "a.test: 4 waiting, 1/8 leased, delay 0 s, ready" in text

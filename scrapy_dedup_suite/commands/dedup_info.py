@@ -152,6 +152,8 @@ def inspect(settings: Settings, spider: str, server: Any) -> dict[str, Any]:
 
 #: dedup-info's entry for the frontier's queue (beside one per backend).
 FRONTIER = "frontier"
+#: The download slots listed, those with the most requests waiting.
+BUSIEST_SLOTS = 10
 
 
 def queue_key_of(settings: Settings, spider: str) -> str:
@@ -173,7 +175,8 @@ def frontier_view(
     own queue if one is there to take over."""
     queue = queue or frontier_queue(settings, spider, server)
     queue_key = queue_key_of(settings, spider)
-    view = crawl_figures(queue, read(settings, "FRONTIER_LEASE"), retry_wait(settings))
+    lease = read(settings, "FRONTIER_LEASE")
+    view = crawl_figures(queue, lease, retry_wait(settings), slots=BUSIEST_SLOTS)
     kind = as_str(server.type(queue_key))
     view["scrapy_redis_queue"] = {
         "key": queue_key,
@@ -232,6 +235,7 @@ def _frontier_lines(f: dict[str, Any], drawn: bool = False) -> list[str]:
             lines.append(f"  the oldest lease {when} (reclaimed by the next worker's call)")
     if f["reclaimed"]:
         lines.append(f"  {f['reclaimed']:,} lease(s) of dead workers reclaimed so far")
+    lines += _slot_lines(f)
     if f["retry_later"]:
         due = f["next_retry_in"]
         when = f"in {due:,.0f} s" if due > 0 else "now (at the next worker's call)"
@@ -255,6 +259,23 @@ def _frontier_lines(f: dict[str, Any], drawn: bool = False) -> list[str]:
         lines.append(
             f"  scrapy-redis's queue {old['key']!r} holds {old['requests']:,} request(s) "
             "(the frontier scheduler takes them over when it opens)"
+        )
+    return lines
+
+
+def _slot_lines(f: dict[str, Any]) -> list[str]:
+    """The download slots with the most requests waiting (FRONTIER_POLITENESS)."""
+    busiest = f.get("busiest_slots") or []
+    if not busiest:
+        return []
+    lines = [f"  {f['slots']:,} download slot(s); the most waiting:"]
+    for s in busiest:
+        state = f"next in {s['next_in']:,.1f} s" if s["next_in"] else "ready"
+        if s["blocked_for"] is not None:
+            state = f"blocked for {s['blocked_for']:,.0f} s more (refusal {s['refusals']})"
+        lines.append(
+            f"    {s['name']}: {s['waiting']:,} waiting, {s['leased']}/{s['concurrency']} "
+            f"leased, delay {s['delay']:g} s, {state}"
         )
     return lines
 

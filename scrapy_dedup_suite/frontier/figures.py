@@ -1,6 +1,7 @@
 """What the frontier's queue holds, as ``dedup-info`` and the metrics show it: per shard
-(:func:`shard_counts`, three round trips whatever the queue's size), and for the crawl
-(:func:`crawl_figures`, :func:`crawl_status`)."""
+(:func:`shard_counts`, three round trips whatever the queue's size), for the crawl
+(:func:`crawl_figures`, :func:`crawl_status`), and its download slots with the most
+requests waiting (:func:`busiest_slots`)."""
 
 from __future__ import annotations
 
@@ -93,11 +94,61 @@ def shard_counts(
     )
 
 
-def crawl_figures(queue: FrontierQueue, lease: float, retry_wait: float) -> dict[str, Any]:
+@dataclass
+class SlotFigures:
+    """One download slot of a shard (``lua/frontier_slots.lua``), as dedup-info lists it."""
+
+    name: str
+    waiting: int
+    leased: int
+    concurrency: int
+    #: Its delay (s): its settings', or a delay a worker learned (Crawl-delay), the larger.
+    delay: float
+    #: Seconds until its next request may be sent (0: now), and until a site's refusal
+    #: stops blocking it (None: not blocked); the refusals its back-off counted.
+    next_in: float
+    blocked_for: float | None
+    refusals: int
+
+
+def slot_figures(name: Any, line: Any, now_ms: float) -> SlotFigures | None:
+    """A slot's state read back (untrusted: None for a line that is not the frontier's)."""
+    fields = as_str(line).split(" ")
+    if not 5 <= len(fields) <= 9 or not all(f.isdigit() and len(f) <= 15 for f in fields):
+        return None
+    n = [int(f) for f in fields] + [0] * (9 - len(fields))
+    next_at, leased, delay, _, conc, blocked, strikes, learned, waiting = n
+    return SlotFigures(
+        as_str(name), waiting, leased, conc, max(delay, learned) / 1000,
+        round(max(0.0, (next_at - now_ms) / 1000), 3),
+        round((blocked - now_ms) / 1000, 3) if blocked > now_ms else None, strikes,
+    )  # fmt: skip
+
+
+def busiest_slots(queue: FrontierQueue, now_ms: float, top: int) -> tuple[int, list[SlotFigures]]:
+    """How many download slots the shards keep, and the ``top`` with the most requests
+    waiting (then the most leased). Reads every slot's state (HSCAN, 1,000 at a time):
+    costs the slots that exist."""
+    count, ranked = 0, []
+    for shard in queue.shards:
+        for name, line in queue.server.hscan_iter(shard.slots, count=1000):
+            count += 1
+            figures = slot_figures(name, line, now_ms)
+            if figures is not None:
+                ranked.append(figures)
+    ranked.sort(key=lambda f: (-f.waiting, -f.leased, f.name))
+    return count, ranked[:top]
+
+
+def crawl_figures(
+    queue: FrontierQueue, lease: float, retry_wait: float, slots: int = 0
+) -> dict[str, Any]:
     """The queue's figures over its shards (see ``dedup-info``'s JSON), with the crawl's
     status (:func:`crawl_status`) for FRONTIER_LEASE ``lease`` and the wait for pages to
-    try again ``retry_wait`` (:func:`~.frontier_options.retry_wait`). The server's
-    clock is read once (a Cluster's: one node's; leases keep to theirs no better)."""
+    try again ``retry_wait`` (:func:`~.frontier_options.retry_wait`), and with ``slots``
+    the download slots with the most requests waiting (:func:`busiest_slots`). The
+    server's clock is read once (a Cluster's: one node's; leases keep to theirs no
+    better)."""
     now_ms = server_ms(queue.server)
     shards = [shard_counts(queue, shard, now_ms) for shard in queue.shards]
     held_by: dict[str, int] = {}
@@ -132,6 +183,9 @@ def crawl_figures(queue: FrontierQueue, lease: float, retry_wait: float) -> dict
         "workers_seen_lately": sum(1 for ago in seen.values() if ago <= within),
         "per_shard": [asdict(s) for s in shards],
     }
+    if slots:
+        view["slots"], busiest = busiest_slots(queue, now_ms, slots)
+        view["busiest_slots"] = [asdict(f) for f in busiest]
     view["status"], view["status_detail"] = crawl_status(view, lease, retry_wait)
     return view
 

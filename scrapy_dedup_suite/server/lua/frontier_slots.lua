@@ -7,12 +7,14 @@
 -- Keys, all in the shard's slot (its hash tag), named from its queue:
 -- - queue .. ':slot:' .. name: the slot's queue of runs (frontier_runs), as the shard's;
 -- - queue .. ':slots': a hash, name -> "next leased delay jitter concurrency blocked
---   strikes learned": the server's time (ms) of its next dispatch, its requests leased
---   and not done, its delay (ms), jitter (thousandths: 500 is Scrapy's +-50%),
+--   strikes learned waiting": the server's time (ms) of its next dispatch, its requests
+--   leased and not done, its delay (ms), jitter (thousandths: 500 is Scrapy's +-50%),
 --   concurrency, until when (ms) a site's refusal blocked it, the refusals counted in
---   its back-off (frontier_block.lua), and the delay a worker learned it needs (ms:
---   robots.txt's Crawl-delay, AutoThrottle's), a floor under the slot's delay, jitter
---   and all (a line of the first five fields, an older version's, reads as none of these);
+--   its back-off (frontier_block.lua), the delay a worker learned it needs (ms:
+--   robots.txt's Crawl-delay, AutoThrottle's: a floor under its delay, jitter and all),
+--   and the requests in its queue (for dedup-info: counted as they go in and out, 0
+--   once its queue is empty); a line of the first five fields (an older version's)
+--   reads as none of the others, a line that is not the frontier's as a slot never used;
 -- - queue .. ':ready': a sorted set, name -> from when (ms) its next request may be
 --   handed out: one delay before its dispatch (the worker holds it until then). A slot
 --   is there while its queue holds requests and its leases are fewer than its concurrency.
@@ -74,16 +76,17 @@ end
 local function frontier_slot_state(slots, name)
   local line = rcall('HGET', slots, name)
   local state = { next_at = 0, leased = 0, delay = 0, jitter = 0, conc = 1, blocked = 0,
-    strikes = 0, learned = 0 }
+    strikes = 0, learned = 0, waiting = 0 }
   if line then
     local a, b, c, d, e, rest = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
     if a and #a <= 15 and #b <= 9 and #c <= 12 and #d <= 4 and #e <= 6 then
       state = { next_at = tonumber(a), leased = tonumber(b), delay = tonumber(c),
         jitter = tonumber(d), conc = math.max(1, tonumber(e)), blocked = 0, strikes = 0,
-        learned = 0 }
-      local f, g, h = string.match(rest, '^ (%d+) (%d+) (%d+)$')
-      if f and #f <= 15 and #g <= 3 and #h <= 12 then
+        learned = 0, waiting = 0 }
+      local f, g, h, i = string.match(rest, '^ (%d+) (%d+) (%d+) ?(%d*)$')
+      if f and #f <= 15 and #g <= 3 and #h <= 12 and #i <= 12 then
         state.blocked, state.strikes, state.learned = tonumber(f), tonumber(g), tonumber(h)
+        state.waiting = tonumber(i) or 0
       end
     end
   end
@@ -106,9 +109,10 @@ local function frontier_slot_save(queue, name, state, now)
     rcall('ZREM', ready, name)
     return
   end
-  rcall('HSET', slots, name, string.format('%d %d %d %d %d %d %d %d', state.next_at,
+  if not queued then state.waiting = 0 end
+  rcall('HSET', slots, name, string.format('%d %d %d %d %d %d %d %d %d', state.next_at,
     math.max(0, state.leased), state.delay, state.jitter, state.conc, state.blocked,
-    state.strikes, state.learned))
+    state.strikes, state.learned, math.max(0, state.waiting)))
   if queued and state.leased < state.conc then
     rcall('ZADD', ready, math.max(0, state.next_at - frontier_slot_delay(state)), name)
   else
@@ -170,6 +174,7 @@ local function frontier_enqueue(queue, items, front)
     frontier_push(frontier_slot_queue(queue, name), group.items, front)
     local state = frontier_slot_state(slots, name)
     frontier_slot_settings(state, group.slot)
+    state.waiting = state.waiting + #group.items
     frontier_slot_save(queue, name, state, now)
   end
 end
@@ -210,6 +215,7 @@ local function frontier_slot_take(queue, n, set_bad, now, rand)
       end
       state.next_at = at + math.floor(math.max(delay, state.learned)) -- (learned: a floor)
       state.leased = state.leased + 1
+      state.waiting = state.waiting - 1
       local header = state.delay .. ' ' .. state.jitter .. ' ' .. state.conc .. ' ' .. top
       got[#got + 1] = { one[1][1], frontier_slot_join(header, one[1][2]), at - now }
     end
