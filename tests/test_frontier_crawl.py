@@ -103,21 +103,26 @@ def wait_for(path, text: str, deadline: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["plain", "batched"])
-@pytest.mark.parametrize("kill_at", [1, 25])
+@pytest.mark.parametrize(
+    "kill_at, batched, per_host",
+    [(1, False, 8), (1, True, 8), (25, False, 8), (25, True, 8), (3, False, 1)],
+    ids=["1-plain", "1-batched", "25-plain", "25-batched", "3-one-per-host"],
+)
 def test_a_killed_worker_loses_no_page_while_another_crawls_on(
-    tmp_path, tree, redis_settings, server, batched, kill_at
+    tmp_path, tree, redis_settings, server, batched, kill_at, per_host
 ):
     """Two workers share a crawl (on one server and on a Cluster); one is killed with
     SIGKILL inside the callback of the ``kill_at``-th page it parses. The other, without
     a restart, takes back the dead one's leases when they end (FRONTIER_LEASE = 1 s: it
     does not close while they are held) and finishes: every page is fetched; the pages
     fetched twice are among the leases it took back (what the dead worker held:
-    docs/frontier.md says what that is)."""
+    docs/frontier.md says what that is). With CONCURRENT_REQUESTS_PER_DOMAIN 1 the dead
+    worker held the site's one place: its lease's end frees it for the other."""
     extra = BATCHED if batched else {}
     settings = frontier(
-        redis_settings, "compact", SCHEDULER_PERSIST=True, FRONTIER_LEASE=1, **extra
-    )
+        redis_settings, "compact", SCHEDULER_PERSIST=True, FRONTIER_LEASE=1,
+        CONCURRENT_REQUESTS_PER_DOMAIN=per_host, **extra,
+    )  # fmt: skip
     # The victim takes page 0 first; no other page is served before the survivor runs.
     notes = tmp_path / "survivor.notes"
     tree.on_hit = lambda n: n == 0 or wait_for(notes, "s 0")
