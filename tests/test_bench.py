@@ -275,6 +275,19 @@ def test_politeness_bench_crawls_every_row_and_measures_on_the_hosts(redis_serve
     assert all(row[-7].endswith("x") for row in rows.values()), out.stdout
 
 
+def test_scale_bench_crawls_with_each_count_of_workers_and_hosts_parked(redis_server):
+    out = run_bench(
+        "bench.scale", "--pages", "60", "--workers", "1", "--parked", "0,50",
+        "--server", redis_server.binary,
+    )  # fmt: skip
+    rows = {line[:42].strip(): line.split() for line in out.stdout.splitlines()[2:]}
+    assert set(rows) == {
+        "frontier, 1 worker(s), 0 hosts parked", "frontier, 1 worker(s), 50 hosts parked",
+        "scrapy-redis, 1 worker(s)",
+    }, out.stdout  # fmt: skip
+    assert all(float(row[-2]) > 0 and float(row[-1]) > 0 for row in rows.values()), out.stdout
+
+
 def test_metrics_bench_counts_a_scrape_s_calls_whatever_the_queue_s_size(redis_server):
     out = run_bench("bench.metrics", "--requests", "100,20000", "--server", redis_server.binary)
     rows = [line.split() for line in out.stdout.splitlines()[1:3]]

@@ -318,7 +318,8 @@ def test_the_back_off_doubles_for_each_refusal_after_a_block_and_starts_over_aft
 ):
     """No Retry-After: FRONTIER_BACKOFF (here 1 s), doubled for each refusal after the
     last block ended, up to its bound; refusals while blocked (requests sent before the
-    block) do not count again; a slot not refused for the bound starts over. The
+    block) do not count again; a slot not refused for as long as its last block lasted,
+    after it ended, starts over. The
     slot's past is written by hand (the server's clock cannot be moved)."""
     queue = workers(server, 1)[0]
     name = "a.test"
@@ -335,7 +336,11 @@ def test_the_back_off_doubles_for_each_refusal_after_a_block_and_starts_over_aft
     server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
     assert block(queue, "http://a.test/", -1, most_ms=3000) == (3000, 6)
     line = slot_line(server, queue, name)
-    line[5] = now - 5000  # (quiet for longer than the bound)
+    line[5] = now - 5000  # (quiet for longer than the last block, 3 s)
+    server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
+    assert block(queue, "http://a.test/", -1, most_ms=3000) == (1000, 1)
+    line = slot_line(server, queue, name)
+    line[5] = now - 1500  # (quiet for longer than the last block, 1 s)
     server.hset(queue.shards[0].slots, name, " ".join(map(str, line)))
     assert block(queue, "http://a.test/", -1, most_ms=3000) == (1000, 1)
 
@@ -495,3 +500,37 @@ def test_dedup_info_lists_the_slots_with_most_waiting_their_delay_leases_and_blo
     text = render("spider", {"frontier": view})
     assert "4 download slot(s); the most waiting:" in text
     assert "a.test: 4 waiting, 1/8 leased, delay 0 s, ready" in text
+
+
+@pytest.mark.single_server
+def test_requests_waiting_in_blocked_slots_do_not_make_a_worker_call_at_every_ask(
+    server, redis_url
+):
+    """Another host's requests wait, its slot blocked for an hour, while this host's one
+    place is leased: a lease call got fewer than it asked, so nothing there is ready
+    before the blocked slot's turn. The engine's next asks (after each response) call
+    Redis no more until TAKE_EVERY has passed (before: a call at every ask, and 100,000
+    parked hosts doubled the calls per page, ``python -m bench.scale``). Time stands
+    still (the scheduler's clock)."""
+    from .test_frontier_retry import handed_out, scheduler_for
+
+    scheduler = scheduler_for(redis_url, CONCURRENT_REQUESTS_PER_DOMAIN=1)
+    now = [100.0]
+    scheduler.clock = lambda: now[0]
+    try:
+        for path in ("/a", "/b"):
+            assert scheduler.enqueue_request(Request(f"http://one.example{path}"))
+        assert scheduler.enqueue_request(Request("http://parked.example/"))
+        parked = FrontierQueue(server, [scheduler.queue_key])
+        block(parked, "http://parked.example/", HOUR_MS)
+        handed_out(scheduler)
+        sent = []
+        call = scheduler.calls.call
+        scheduler.calls.call = lambda *a, **k: sent.append(a) or call(*a, **k)
+        for _ in range(5):
+            assert scheduler.next_request() is None  # (asked as the engine asks)
+        assert sent == []  # (the call that took the first got fewer than it asked)
+        now[0] += 0.5  # (TAKE_EVERY later: it looks again)
+        assert scheduler.next_request() is None and len(sent) == 1
+    finally:
+        scheduler.close("finished")

@@ -5,8 +5,8 @@ The block is the site's ``Retry-After`` (seconds, or an HTTP date) when it sends
 else ``FRONTIER_BACKOFF`` seconds, doubled for each refusal after a block ended, up to
 ``FRONTIER_BACKOFF_MAX`` (which bounds ``Retry-After`` too: a site asking for days does
 not stop the crawl for days). Refusals of requests sent before the block (the slot's
-other requests in flight) do not double it again; a slot not refused for
-``FRONTIER_BACKOFF_MAX`` after its last block starts over from ``FRONTIER_BACKOFF``.
+other requests in flight) do not double it again; a slot not refused for as long as
+its last block lasted, after it ended, starts over from ``FRONTIER_BACKOFF``.
 The block lives in the slot's state in Redis (``lua/frontier_block.lua``): every
 worker's next lease call sees it; a request the worker already took for that slot is
 held until it ends. What the response does next is Scrapy's: ``RetryMiddleware``

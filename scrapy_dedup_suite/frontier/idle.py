@@ -42,9 +42,13 @@ class Sighting:
     #: Runs of requests waiting, and leases other workers hold.
     waiting: int
     held: int
-    #: When (by the scheduler's clock), and when its first retry is due (or None).
+    #: When (by the scheduler's clock), and when its first retry is due or its first
+    #: download slot ready (or None).
     when: float
     due_at: float | None
+    #: Whether a call asking for requests got fewer than it asked: what waits there is
+    #: not ready before ``due_at`` (slots full, or blocked: FRONTIER_POLITENESS).
+    drained: bool = False
 
 
 class ShardLooks:
@@ -59,9 +63,12 @@ class ShardLooks:
         #: Calls :meth:`totals` made so far (whether a look was made now or read back).
         self.calls = 0
 
-    def saw(self, shard: Shard, waiting: int, held: int, due_in: float | None) -> None:
+    def saw(
+        self, shard: Shard, waiting: int, held: int, due_in: float | None, drained: bool = False
+    ) -> None:
         now = self.clock()
-        self.seen[shard] = Sighting(waiting, held, now, None if due_in is None else now + due_in)
+        due_at = None if due_in is None else now + due_in
+        self.seen[shard] = Sighting(waiting, held, now, due_at, drained)
 
     def forget(self) -> None:
         self.seen.clear()
@@ -75,14 +82,28 @@ class ShardLooks:
         return any(s.waiting or s.held or s.due_at is not None for s in self.seen.values())
 
     def to_take(self, shards: Sequence[Shard]) -> Iterator[Shard]:
-        """The shards in turn, less those found empty less than TAKE_EVERY ago."""
+        """The shards in turn, less those found empty, or with nothing ready (what
+        waits there is in slots full or blocked), less than TAKE_EVERY ago (and before
+        the first of them comes due)."""
         now = self.clock()
         for _ in range(len(shards)):
             shard = shards[self._next % len(shards)]
             self._next += 1
             seen = self.seen.get(shard)
-            if seen is None or seen.waiting or now - seen.when >= TAKE_EVERY:
+            if seen is None or self._may_have(seen, now):
                 yield shard
+
+    @staticmethod
+    def _may_have(seen: Sighting, now: float) -> bool:
+        if seen.waiting and not seen.drained:
+            return True
+        return now - seen.when >= TAKE_EVERY or (seen.due_at is not None and now >= seen.due_at)
+
+    def next_due(self) -> float | None:
+        """When (the scheduler's clock) the first shard found drained has something
+        ready, or None."""
+        dues = [s.due_at for s in self.seen.values() if s.drained and s.due_at is not None]
+        return min(dues, default=None)
 
     def totals(
         self, shards: Sequence[Shard], call: Callable[[Shard], Any]

@@ -285,6 +285,9 @@ class Scheduler(BaseScheduler):
         if not self.holdings.taken:
             if self.looks.work_elsewhere():  # (else the engine's heartbeat asks again)
                 self.waker.later()
+                ready_at = self.looks.next_due()  # (a slot's turn, before the wait's end)
+                if ready_at is not None:
+                    self.waker.within(max(0.0, ready_at - self.clock()))
             return None
         due = self.holdings.next_due(self.clock())
         if not isinstance(due, tuple):  # (held for its slot's turn: asked again then)

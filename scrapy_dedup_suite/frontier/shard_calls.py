@@ -61,7 +61,7 @@ class ShardCalls:
         except Exception:
             self.keep(shard, acks, later)
             raise
-        self.called(shard, acks, leased)
+        self.called(shard, acks, leased, take)
         return leased
 
     def carried(self, shard: Shard) -> tuple[list[str], list[Any]]:
@@ -74,12 +74,14 @@ class ShardCalls:
         self.holdings.acks.add(shard, acks)
         self.later.keep(shard, later)
 
-    def called(self, shard: Shard, acks: list[str], leased: Leased) -> None:
-        """Count what a call to ``shard`` answered; remember what it said of the shard."""
+    def called(self, shard: Shard, acks: list[str], leased: Leased, take: int) -> None:
+        """Count what a call to ``shard`` asking for ``take`` requests answered;
+        remember what it said of the shard."""
         self.count("frontier/acknowledged", len(acks))
         self.reclaimed(shard, leased)
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
-        self.looks.saw(shard, leased.waiting, leased.held - ours, leased.due_in)
+        drained = take > 0 and len(leased.requests) < take  # (none more ready now)
+        self.looks.saw(shard, leased.waiting, leased.held - ours, leased.due_in, drained)
 
     def reclaimed(self, shard: Shard, leased: Leased) -> None:
         """Count the leases a call to ``shard`` took back; name those it set aside."""

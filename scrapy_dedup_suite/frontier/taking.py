@@ -102,7 +102,7 @@ class Taking:
 
         def answered(leased: Leased) -> None:
             self.running = None
-            calls.called(shard, acks, leased)
+            calls.called(shard, acks, leased, take)
             self.took(shard, leased)  # (after a close began: given back by the close)
             holdings.arriving = None
             self.on_answered()

@@ -87,8 +87,8 @@ FRONTIER_SETTINGS: tuple[Setting, ...] = (
         10.0,
         Seconds(0.0, 86400.0, "a number of seconds > 0 (e.g. 10)"),
         "a slot's block after a refusal without `Retry-After`; doubled for each refusal "
-        "after a block ended, up to `FRONTIER_BACKOFF_MAX`; a slot not refused for "
-        "`FRONTIER_BACKOFF_MAX` after its last block starts over",
+        "after a block ended, up to `FRONTIER_BACKOFF_MAX`; a slot not refused for as long "
+        "as its last block lasted, after it ended, starts over",
         table="frontier",
     ),
     Setting(

@@ -9,7 +9,8 @@
 -- for in ms (Retry-After), or -1 for none: the back-off, ARGV[3] ms the first time,
 -- doubled for each refusal after a block ended, up to ARGV[4] ms (which also bounds
 -- ARGV[2]). A refusal while the slot is blocked (a request sent before the block) does
--- not count again; a slot not refused for ARGV[4] ms after its last block starts over.
+-- not count again; a slot not refused for as long as its last block lasted, after it
+-- ended, starts over.
 -- Returns {ms from now until the block ends, refusals counted}.
 local queue = KEYS[1]
 local asked, first, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -28,7 +29,8 @@ if asked >= 0 then
 elseif state.blocked > now then
   block = state.blocked - now -- (refused by a request sent before the block)
 else
-  if now - state.blocked > most then state.strikes = 0 end
+  local last = math.min(first * 2 ^ math.min(math.max(state.strikes - 1, 0), 40), most)
+  if now - state.blocked > last then state.strikes = 0 end
   block = math.min(first * 2 ^ math.min(state.strikes, 40), most)
   state.strikes = math.min(state.strikes + 1, 999)
 end
