@@ -285,7 +285,8 @@ def test_scale_bench_crawls_with_each_count_of_workers_and_hosts_parked(redis_se
         "frontier, 1 worker(s), 0 hosts parked", "frontier, 1 worker(s), 50 hosts parked",
         "scrapy-redis, 1 worker(s)",
     }, out.stdout  # fmt: skip
-    assert all(float(row[-2]) > 0 and float(row[-1]) > 0 for row in rows.values()), out.stdout
+    assert all(float(row[-3]) > 0 < float(row[-2]) for row in rows.values()), out.stdout
+    assert float(rows["scrapy-redis, 1 worker(s)"][-1]) == 0  # (no script: SADD, ZADD...)
 
 
 def test_metrics_bench_counts_a_scrape_s_calls_whatever_the_queue_s_size(redis_server):
