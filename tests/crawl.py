@@ -43,10 +43,6 @@ BASE_SETTINGS = {
     "LOG_LEVEL": "INFO",
     "TELNETCONSOLE_ENABLED": False,
     "ROBOTSTXT_OBEY": False,
-    # The test sites answer 503 for pages that fail: the frontier's shared back-off
-    # blocks the host for 50 ms, not 10 s, each time (tests/test_frontier_slots.py
-    # tests the back-off itself).
-    "FRONTIER_BACKOFF": 0.05,
     "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
 }
 

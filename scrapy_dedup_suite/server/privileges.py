@@ -96,7 +96,7 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "dedup-info",
-        (*_REPORTS, "hkeys", "hrandfield", "llen", "scard", "zcard", "zrange", "dbsize"),
+        (*_REPORTS, "hkeys", "hrandfield", "hscan", "llen", "scard", "zcard", "zrange", "dbsize"),
         "`scrapy dedup-info`, with the backend's line (and the frontier's)",
     ),
     Feature(

@@ -15,9 +15,7 @@
 local queue = KEYS[1]
 local asked, first, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local slot = frontier_slot_header(ARGV[1])
-if not slot or not asked or not first or not most then
-  return redis.error_reply('ERR frontier_block: a slot header and three numbers expected')
-end
+if not slot or not asked or not first or not most then return { 0, 0 } end -- (not a worker's)
 frontier_slot_check_keys(queue)
 local now = dedup_now_ms()
 local slots = frontier_slot_keys(queue)
