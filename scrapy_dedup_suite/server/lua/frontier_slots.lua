@@ -21,7 +21,8 @@
 -- A request tagged with its slot, as the worker sends it and as a lease keeps it: the
 -- byte 5, its header's length (a byte), the header "delay jitter concurrency name",
 -- then the entry; its delay may be "delay:learned" (a worker that learned one says so;
--- the others leave the slot's as it is). Its slot's queue keeps the entry alone (the name is the key's).
+-- the others leave the slot's as it is). Its slot's queue keeps the entry alone (the
+-- name is the key's).
 
 local function frontier_slot_keys(queue)
   return queue .. ':slots', queue .. ':ready'
