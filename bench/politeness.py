@@ -1,7 +1,7 @@
 """Politeness across workers: how hard N workers hit each host, measured on the hosts.
 
     python -m bench.politeness [--workers 3] [--hosts 4] [--pages 300] [--delay 0.1]
-                               [--server BINARY]
+                               [--server BINARY] [--cluster]
 
 A tree of PAGES pages (5 links each, every page one inbound link) spread over HOSTS
 local hosts, each a server of its own on its own loopback address (127.0.0.1,
@@ -19,21 +19,34 @@ DELAY, ``RANDOMIZE_DOWNLOAD_DELAY`` off and ``CONCURRENT_REQUESTS_PER_DOMAIN`` 1
 Per row: the smallest gap between two arrivals at a host, over the hosts, as a share of
 DELAY (a polite crawl keeps it >= 1, less the clock's jitter), the median gap at the
 big host, the crawl's pages per second, and when the last small host was done against
-the big host. A worker that keeps the delay for itself alone lets N workers hit a
-host about N times as often as one process does.
+the big host, and the scripts the crawl ran on Redis per page (the frontier's record,
+lease, push and block calls: its round trips, less each worker's open and close). A
+worker that keeps the delay for itself alone lets N workers hit a host about N times
+as often as one process does.
+
+``--cluster``: on a Redis Cluster of three masters (the compact filter's 16 groups,
+so 16 queue shards: a host's requests are recorded all over it and wait in its home
+shard), without the scrapy-redis row (its queue is on one server).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import redis
+
+from scrapy_dedup_suite.embedded import EmbeddedCluster, server_binary
 
 from .frontier_kills import SCHEDULERS, crawl_server, parsed, worker
 
@@ -167,6 +180,28 @@ def crawl(site: HostsSite, url: str, settings: dict[str, Any], workers: int) -> 
     }
 
 
+@contextmanager
+def servers(binary: str | None, cluster: bool) -> Iterator[tuple[list[redis.Redis], str]]:
+    """The server (or the Cluster's masters: a client each) and the workers' URL."""
+    if not cluster:
+        with crawl_server(binary) as (client, url):
+            yield [client], url
+        return
+    with EmbeddedCluster(3, binary=binary or shutil.which("redis-server") or server_binary()) as up:
+        yield [redis.Redis(port=node.port) for node in up.nodes], up.url
+
+
+def scripts_run(clients: list[redis.Redis]) -> int:
+    """The scripts run so far on every master (EVALSHA and EVAL)."""
+    total = 0
+    for client in clients:
+        stats = client.info("commandstats")
+        total += sum(
+            int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")
+        )
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.politeness", description=__doc__)
     parser.add_argument("--workers", type=int, default=3)
@@ -174,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--delay", type=float, default=0.1, help="DOWNLOAD_DELAY, seconds")
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
+    parser.add_argument("--cluster", action="store_true", help="on a Cluster of 3 masters")
     opts = parser.parse_args(argv)
     if opts.workers < 1 or not 1 <= opts.hosts <= 250 or opts.pages < 2 or opts.delay <= 0:
         parser.error("--workers >= 1, --hosts 1 to 250, --pages >= 2 and --delay > 0")
@@ -198,18 +234,24 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (f"scrapy-redis, {opts.workers} workers", SCHEDULERS["scrapy-redis"], opts.workers),
     ]
+    if opts.cluster:
+        rows = [(name, {**settings, "DEDUP_REDIS_CLUSTER": True}, n) for name, settings, n in rows]
+        rows = rows[:3]
     print(
         f"{'row':26s} pages  pages/s  smallest gap  big host's median gap  "
-        "small hosts done / big host done"
+        "small hosts done / big host done  scripts/page"
     )
-    with crawl_server(opts.server) as (client, url):
+    with servers(opts.server, opts.cluster) as (clients, url):
         for name, settings, workers in rows:
-            client.flushall()
+            for client in clients:
+                client.flushall()
+            before = scripts_run(clients)
             got = crawl(site, url, {**settings, **polite}, workers)
+            ran = (scripts_run(clients) - before) / max(got["pages"], 1)
             print(
                 f"{name:26s} {got['pages']:5d} {got['rate']:8.1f}  "
                 f"{got['smallest'] / delay:10.2f}x  {got['big_median'] / delay:19.2f}x  "
-                f"{got['small_done']:6.1f} s / {got['big_done']:.1f} s",
+                f"{got['small_done']:6.1f} s / {got['big_done']:.1f} s  {ran:27.2f}",
                 flush=True,
             )
     return 0

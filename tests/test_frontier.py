@@ -624,7 +624,7 @@ def test_an_outage_keeps_requests_and_costs_one_failed_call_a_second(server):
         df,
         RequestCodec(_Spider()),
         lambda name, n=1: counted.update({name: n}),
-        lambda: None,
+        lambda shards: None,
         {},
     )
     incoming.queue = queue = FrontierQueue(server, ["t:requests"])

@@ -116,7 +116,8 @@ def test_a_killed_worker_loses_no_page_while_another_crawls_on(
     a restart, takes back the dead one's leases when they end (FRONTIER_LEASE = 1 s: it
     does not close while they are held) and finishes: every page is fetched; the pages
     fetched twice are among the leases it took back (what the dead worker held:
-    docs/frontier.md says what that is). With CONCURRENT_REQUESTS_PER_DOMAIN 1 the dead
+    docs/frontier.md says what that is; on a Cluster, also the children it moved home
+    in its last moments). With CONCURRENT_REQUESTS_PER_DOMAIN 1 the dead
     worker held the site's one place: its lease's end frees it for the other."""
     extra = BATCHED if batched else {}
     settings = frontier(
@@ -141,7 +142,9 @@ def test_a_killed_worker_loses_no_page_while_another_crawls_on(
     assert missing == [], (missing, err[-3000:])
     twice = sum(pages.values()) - tree.pages
     stats = json.loads((tmp_path / "survivor.json").read_text())["stats"]
-    assert 1 <= twice <= stats["frontier/reclaimed"]  # (a page twice: a lease taken back)
+    # A page twice: a lease taken back, or (on a Cluster) a request the dead worker had
+    # moved to its home shard and not yet acknowledged there, moved again.
+    assert 1 <= twice <= stats["frontier/reclaimed"] + stats.get("frontier/moves_reclaimed", 0)
 
 
 def persisted_by_scrapy_redis(tmp_path, tree: Site, redis_settings: dict, queue_class: str) -> dict:

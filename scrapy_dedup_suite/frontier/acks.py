@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 
-from .queue import Shard
+from .queue import Shard, is_move
 
 
 class PendingAcks:
@@ -37,6 +37,10 @@ class PendingAcks:
         a copy of the lists, taken at once)."""
         return sum(len(ids) for ids in list(self._by_shard.values()))
 
+    def pages(self) -> int:
+        """How many are pages' (the others: requests moved home, :mod:`.homes`)."""
+        return sum(not is_move(i) for ids in list(self._by_shard.values()) for i in ids)
+
     def add(self, shard: Shard, ids: Iterable[str]) -> None:
         """``ids`` wait for the next call to ``shard`` (a call that did not carry
         them, or failed)."""
@@ -60,11 +64,10 @@ class PendingAcks:
         return PendingAcks(taken, since)
 
     def give_back(self, other: PendingAcks) -> int:
-        """What ``other`` still holds waits here again; how many."""
-        left = 0
+        """What ``other`` still holds waits here again; how many of them are pages'."""
+        left = other.pages()
         for shard, ids in other.items():
             self.add(shard, ids)
-            left += len(ids)
         if left and other.since is not None:
             self.since = min(other.since, self.since or other.since)
         return left

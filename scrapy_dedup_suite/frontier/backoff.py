@@ -86,16 +86,14 @@ class SlotBackoff:
         return -1 if wait is None else round(min(wait * 1000, self.most_ms))
 
     def block(self, queue: FrontierQueue, request: Request, asked_ms: int) -> tuple[float, int]:
-        """Block ``request``'s slot on every shard of ``queue`` (on a Cluster each keeps
-        its slots): the seconds until the block ends (the longest), and the refusals
-        its back-off counted."""
-        key = self.policy.key(request)
-        args = [self.policy.header(key), asked_ms, self.first_ms, self.most_ms]
-        until, strikes = 0.0, 0
-        for shard in queue.shards:
-            ms, counted = scripts.FRONTIER_BLOCK(queue.server, [shard.queue], args)
-            until, strikes = max(until, int(ms) / 1000), max(strikes, int(counted))
-        return until, strikes
+        """Block ``request``'s slot in its home shard (:mod:`.homes`: on a Cluster, where
+        its requests wait): the seconds until the block ends, and the refusals its
+        back-off counted."""
+        header = self.policy.header(self.policy.key(request))
+        shard = queue.homes.of_slot(header.split(b" ", 3)[3])
+        args = [header, asked_ms, self.first_ms, self.most_ms]
+        ms, counted = scripts.FRONTIER_BLOCK(queue.server, [shard.queue], args)
+        return int(ms) / 1000, int(counted)
 
     def hold(self, holdings: Holdings, request: Request, until: float) -> int:
         """Hold the requests taken for ``request``'s slot until ``until`` (the

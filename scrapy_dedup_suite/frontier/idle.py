@@ -17,8 +17,8 @@ idle worker so costs Redis one call every few seconds (``python -m bench.idle``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..dedup.engine_state import ask_for_requests
@@ -49,6 +49,15 @@ class Sighting:
     #: Whether a call asking for requests got fewer than it asked: what waits there is
     #: not ready before ``due_at`` (slots full, or blocked: FRONTIER_POLITENESS).
     drained: bool = False
+    #: Seconds before a call that found nothing there is made again: TAKE_EVERY,
+    #: doubled while the shard stays empty, up to TAKE_AT_MOST (on a Cluster most
+    #: shards may be empty: the hosts' homes hold the requests; a worker that
+    #: enqueues to a shard forgets what it said).
+    every: float = TAKE_EVERY
+
+    @property
+    def empty(self) -> bool:
+        return not self.waiting and not self.held and self.due_at is None
 
 
 class ShardLooks:
@@ -68,10 +77,24 @@ class ShardLooks:
     ) -> None:
         now = self.clock()
         due_at = None if due_in is None else now + due_in
-        self.seen[shard] = Sighting(waiting, held, now, due_at, drained)
+        seen = Sighting(waiting, held, now, due_at, drained)
+        last = self.seen.get(shard)
+        if seen.empty and last is not None and last.empty:
+            seen = replace(seen, every=min(2 * last.every, TAKE_AT_MOST))
+        self.seen[shard] = seen
 
-    def forget(self) -> None:
-        self.seen.clear()
+    def forget(self, shards: Iterable[Shard] | None = None) -> None:
+        """Forget what ``shards`` said (None: every shard)."""
+        if shards is None:
+            self.seen.clear()
+        for shard in shards or ():
+            self.seen.pop(shard, None)
+
+    def forget_held(self) -> None:
+        """Forget what the shards that said leases are held there said (some may be
+        this worker's, since acknowledged: on a Cluster, the others stay known)."""
+        for shard in [shard for shard, seen in self.seen.items() if seen.held]:
+            del self.seen[shard]
 
     def work_elsewhere(self) -> bool:
         """Whether work may come: a shard's last call said requests wait, other
@@ -97,7 +120,7 @@ class ShardLooks:
     def _may_have(seen: Sighting, now: float) -> bool:
         if seen.waiting and not seen.drained:
             return True
-        return now - seen.when >= TAKE_EVERY or (seen.due_at is not None and now >= seen.due_at)
+        return now - seen.when >= seen.every or (seen.due_at is not None and now >= seen.due_at)
 
     def next_due(self) -> float | None:
         """When (the scheduler's clock) the first shard found drained has something
@@ -110,12 +133,13 @@ class ShardLooks:
     ) -> tuple[int, int, float | None]:
         """Runs waiting, leases other workers hold, and when the first retry is due,
         over ``shards``, each ``call``ed again (which says what it saw) if what it last
-        said is older than LOOK_EVERY."""
+        said is older than LOOK_EVERY (or, found empty again and again, than the wait
+        before it is asked for requests again)."""
         waiting = held = 0
         due: list[float] = []
         for shard in shards:
             seen = self.seen.get(shard)
-            if seen is None or self.clock() - seen.when >= LOOK_EVERY:
+            if seen is None or self.clock() - seen.when >= max(LOOK_EVERY, seen.every):
                 call(shard)
                 self.calls += 1
                 seen = self.seen[shard]

@@ -34,6 +34,7 @@ from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
 from .entries import stored_priority
+from .homes import Move, move, settle
 from .idle import running_reactor
 from .queue import FrontierQueue, Shard
 from .record import record_and_enqueue
@@ -106,6 +107,10 @@ class Prepared:
     acks: PendingAcks = field(default_factory=PendingAcks)
     acks_given: int = 0
     errors: list[Exception] = field(default_factory=list)
+    #: The requests it recorded away from their slot's home and moved there (their
+    #: leases to acknowledge), and the errors of the moves that failed.
+    moved: list[Move] = field(default_factory=list)
+    move_errors: list[Exception] = field(default_factory=list)
 
     @property
     def first(self) -> int:
@@ -122,14 +127,16 @@ class Incoming:
     ``on_enqueued()`` is called when requests were enqueued here, ``on_settled()`` when
     a batch was answered (the scheduler acts on the pages done meanwhile), and
     ``on_dropped(request)`` for a request handed on and then found seen; ``acks``: the
-    leases done, per shard, which the next call to their shard acknowledges."""
+    leases done, per shard, which the next call to their shard acknowledges;
+    ``on_enqueued(shards)`` is told the shards the requests went to (None: it may be
+    any)."""
 
     def __init__(
         self,
         df: RFPDupeFilter,
         codec: RequestCodec,
         count: Callable[..., None],
-        on_enqueued: Callable[[], None],
+        on_enqueued: Callable[[set[Shard] | None], None],
         acks: PendingAcks,
         batch_size: int = 500,
     ) -> None:
@@ -268,7 +275,7 @@ class Incoming:
         batch = Prepared(handed)
         if self.acks:
             batch.acks = self.acks.take_all()
-            batch.acks_given = len(batch.acks)
+            batch.acks_given = batch.acks.pages()
         for one in handed:
             (batch.recorded if one.fingerprint is not None else batch.pushed).append(one)
         if batch.pushed:
@@ -287,14 +294,19 @@ class Incoming:
         pushed: bool | None = True
         if batch.pushed:
             assert batch.push_to is not None
+            by_shard: dict[Shard, list[tuple[int, bytes]]] = {}
+            for h in batch.pushed:  # (to its slot's home, if it has one)
+                shard = queue.homes.of(h.entry) or batch.push_to
+                by_shard.setdefault(shard, []).append((h.request.priority, h.entry))
             try:
-                entries = [(h.request.priority, h.entry) for h in batch.pushed]
-                queue.push(batch.push_to, entries)
+                for shard, entries in by_shard.items():
+                    queue.push(shard, entries)
             except Exception as exc:  # kept and tried again
                 batch.errors.append(exc)
                 pushed = None
         seen: list[bool | None] = []
         if batch.recorded:
+            moves: list[Move] = []
             try:
                 seen, failed = record_and_enqueue(
                     self.df.backend,
@@ -303,11 +315,14 @@ class Incoming:
                     [h.expire for h in batch.recorded],
                     [(stored_priority(h.request.priority), h.entry) for h in batch.recorded],
                     batch.acks,
+                    moves,
                 )
                 batch.errors.extend(call.error for call in failed)
             except Exception as exc:  # whatever the client raised: kept, tried again
                 seen = [None] * len(batch.recorded)
                 batch.errors.append(exc)
+            if moves:  # (held where recorded: safe; moved now, or by a call there later)
+                batch.moved, batch.move_errors = move(queue, moves)
         new = (None if s is None else not s for s in seen)  # (in batch.recorded's order)
         return [pushed if h.fingerprint is None else next(new) for h in batch.handed]
 
@@ -318,11 +333,12 @@ class Incoming:
         df = self.df
         for error in batch.errors:
             self._failed(error)
-        if batch.acks_given:
-            left = self.acks.give_back(batch.acks)
-            self._count("frontier/acknowledged", batch.acks_given - left)
+        left = self.acks.give_back(batch.acks) if batch.acks else 0  # (pages' counted)
+        self._count("frontier/acknowledged", batch.acks_given - left)
+        settle(self.acks, batch.moved, batch.move_errors, self._count, self.quiet.warn)
         filtered = added = enqueued = 0
         kept = []
+        went: set[Shard] | None = set()  # (the shards they went to: their slots' homes)
         for one, new in zip(batch.handed, outcomes):
             if new is None:
                 kept.append(one)
@@ -332,6 +348,8 @@ class Incoming:
                 added, filtered = added + bool(new), filtered + (not new)
             if new:
                 enqueued += 1
+                home = None if self.queue is None else self.queue.homes.of(one.entry)
+                went = None if home is None or went is None else {*went, home}
             else:
                 df.log(one.request, self.spider)  # type: ignore[arg-type]
                 if self.in_thread is not None:  # (the engine was told it was enqueued)
@@ -341,7 +359,7 @@ class Incoming:
         if enqueued:
             self._count("scheduler/enqueued/redis", enqueued)
             self._count("frontier/enqueued", enqueued)
-            self.on_enqueued()
+            self.on_enqueued(went)
         return outcomes
 
     def _failed(self, error: Exception) -> None:

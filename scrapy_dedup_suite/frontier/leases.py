@@ -168,7 +168,7 @@ class LeaseKeeper:
             except Exception as exc:  # said on the reactor's thread; tried again next time
                 _on_reactor(self.failed, exc)
                 continue
-            if leased.reclaimed or leased.returned:
+            if leased.reclaimed or leased.returned or leased.moved:
                 _on_reactor(self.reclaimed, shard, leased)
 
 

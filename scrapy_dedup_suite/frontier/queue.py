@@ -12,8 +12,10 @@ and no single key holds the frontier. A shard (``lua/frontier.lua``):
   priority of its own pays no key per priority, and a run costs its requests about
   their length plus 3 to 6 bytes;
 - ``{tag}:frontier:leases``: a hash, lease id -> priority and entry, of the requests
-  workers took and have not acknowledged; ``{tag}:frontier:expiries``: a sorted set,
-  lease id -> when the lease ends (the server's clock, ms);
+  workers took and have not acknowledged (and, on a Cluster, of those recorded here on
+  their way to their download slot's home shard: :mod:`.homes`);
+  ``{tag}:frontier:expiries``: a sorted set, lease id -> when the lease ends (the
+  server's clock, ms);
 - ``{tag}:frontier:counters``: a hash (``reclaimed``: leases that ended unacknowledged
   and went back to the queue; ``waiting``: requests in the queue);
 - ``{tag}:frontier:aside``: a list of the requests a worker could not decode (their
@@ -49,6 +51,8 @@ from ..exceptions import DedupConfigError
 from ..server import scripts
 from ..server.cluster import is_cluster
 from .entries import parse_member, stored_priority
+from .homes import Homes, rehome
+from .server_clock import ServerClock
 
 logger = logging.getLogger(__name__)
 
@@ -61,24 +65,13 @@ def worker_name() -> str:
     return f"{host}/{os.getpid()}/{secrets.token_hex(2)}"
 
 
-class ServerClock:
-    """The server's clock against ``time.monotonic()``, from the calls' answers: the
-    offset of the quickest call of the last minute (the least uncertain)."""
+#: After the worker's name in the lease id of a request on its way to its home shard.
+MOVE_MARK = "m"
 
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self.rtt = float("inf")
-        self.at = -float("inf")
-        self._lock = threading.Lock()  # (calls answer in several threads)
 
-    def ahead(self, server_now: float, sent: float, received: float) -> float:
-        """Seconds to add to a wait the server counted from ``server_now`` (its time in
-        a call sent and answered at those monotonic times), counted from ``received``."""
-        rtt = received - sent
-        with self._lock:
-            if rtt <= self.rtt or received - self.at > 60.0:
-                self.offset, self.rtt, self.at = server_now - (sent + received) / 2, rtt, received
-            return server_now - self.offset - received
+def is_move(lease_id: str) -> bool:
+    """Whether ``lease_id`` holds a request on its way home (:mod:`.homes`), not a page."""
+    return lease_id.rpartition(":")[2].startswith(MOVE_MARK)
 
 
 @dataclass(frozen=True)
@@ -161,6 +154,11 @@ class Leased:
     bad: int = 0
     #: Entries set aside by this call for coming back too often (FRONTIER_MAX_RETURNS).
     returned: list[bytes] = field(default_factory=list)
+    #: Requests on their way to their slot's home shard whose lease ended, now leased
+    #: to this worker to move (:mod:`.homes`): (lease id, priority, entry).
+    moves: list[tuple[str, int, bytes]] = field(default_factory=list)
+    #: How many of those this call's worker moved (:func:`.homes.rehome`).
+    moved: int = 0
     #: Seconds until the first page kept for later is due or a slot is ready, or None.
     due_in: float | None = None
     #: Per request leased, the seconds to hold it before it is sent (its slot's turn),
@@ -182,6 +180,10 @@ class FrontierQueue:
             shards.setdefault(slot_of(anchor), Shard(frontier_key(anchor)))
         self.shards = list(shards.values())
         self._by_slot = shards
+        #: Each download slot's home shard (:mod:`.homes`), and the lease (ms) of a
+        #: request recorded elsewhere until its worker moved it there.
+        self.homes = Homes(self.shards)
+        self.move_ms = 60_000
         #: This worker's lease ids start with it (and count up): where it runs, and a
         #: token of its own.
         self.worker = f"{worker_name()}:"
@@ -218,6 +220,19 @@ class FrontierQueue:
             )
         return shard
 
+    def _reserve(self, n: int) -> int:
+        """The number of the first of ``n`` new lease ids of this worker's."""
+        with self._ids:
+            first = self._next_id
+            self._next_id += n
+        return first
+
+    def lease_ids(self, n: int, moving: bool = False) -> list[str]:
+        """``n`` new lease ids of this worker's (``moving``: of requests on their way to
+        their home shard, :func:`is_move`)."""
+        first, mark = self._reserve(n), MOVE_MARK if moving else ""
+        return [f"{self.worker}{mark}{first + i}" for i in range(n)]
+
     def push(self, shard: Shard, requests: Sequence[tuple[int, bytes]]) -> int:
         """Enqueue ``(priority, entry)`` pairs unrecorded (dont_filter, a takeover);
         one call per 1,000."""
@@ -247,9 +262,7 @@ class FrontierQueue:
         aside those that came back more than ``max_returns`` times, if > 0), put the
         pages due back, then lease up to ``take``
         (their ids reserved first: calls may run at once, from several threads)."""
-        with self._ids:
-            first = self._next_id
-            self._next_id += take
+        first = self._reserve(take)
         args: list[Any] = [lease_ms, take, self.worker, first, max_returns, int(self.crawling)]
         args.append(secrets.randbelow(2**31 - 2) + 1)  # (the slots' jitter)
         for items in (acks, renew, release, aside, later):
@@ -257,7 +270,8 @@ class FrontierQueue:
         sent = time.monotonic()
         answer = scripts.FRONTIER_LEASE(self.server, shard.lease_keys, args)
         received = time.monotonic()
-        start = 7 + int(answer[4])
+        moving = 8 + int(answer[4])  # (after the entries set aside)
+        start = moving + 3 * int(answer[7])
         # A request held for its slot's turn: until that time on the server's clock, as
         # this process's (the offset of the quickest recent call: no reactor's delay
         # in taking the answer, no half round trip, makes it late or early).
@@ -271,10 +285,16 @@ class FrontierQueue:
             holds.append(max(0.0, wait + ahead) if wait > 0 else 0.0)
         leased = Leased(int(answer[0]), int(answer[1]), int(answer[2]), requests, int(answer[3]))
         leased.holds, leased.received = holds, received
-        leased.returned = [bytes(entry) for entry in answer[7:start]]
+        leased.returned = [bytes(entry) for entry in answer[8:moving]]
+        leased.moves = [
+            (as_str(answer[i]), int(answer[i + 1]), bytes(answer[i + 2]))
+            for i in range(moving, start, 3)
+        ]
         leased.due_in = int(answer[5]) / 1000 if int(answer[5]) >= 0 else None
         if leased.bad:
             self.said_bad(shard, leased.bad)
+        if leased.moves:
+            rehome(self, shard, leased)
         return leased
 
     def said_bad(self, shard: Shard, count: int) -> None:

@@ -47,7 +47,7 @@ from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
 from .leases import Holdings, LeaseKeeper
-from .queue import FrontierQueue
+from .queue import FrontierQueue, Shard
 from .record import load_scripts
 from .refusals import Refusals, wrong_type
 from .shard_calls import ShardCalls
@@ -165,7 +165,7 @@ class Scheduler(BaseScheduler):
         backend = df.backend
         self.queue_key = spider_key(self.options.queue_key, spider.name, "SCHEDULER_QUEUE_KEY")
         self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
-        self.queue.crawling = True
+        self.queue.crawling, self.queue.move_ms = True, self.lease_ms
         self.incoming.spider = spider
         try:
             load_scripts(backend)
@@ -270,9 +270,9 @@ class Scheduler(BaseScheduler):
     def enqueue_request(self, request: Request) -> bool:
         return self.incoming.enqueue(request)
 
-    def _forget_shards(self) -> None:
-        """This worker enqueued: what the shards last said is stale."""
-        self.looks.forget()
+    def _forget_shards(self, shards: set[Shard] | None) -> None:
+        """This worker enqueued to ``shards`` (None: any): what they last said is stale."""
+        self.looks.forget(shards)
 
     # -- requests out ------------------------------------------------------------------
 
@@ -322,20 +322,20 @@ class Scheduler(BaseScheduler):
     def _settled(self) -> None:
         """Act on the pages done whose children are settled (recorded and enqueued, or
         seen): acknowledge them, or keep them to try again later. With nothing taken,
-        the shards are looked at again: a slot whose concurrency was full made them say
+        their shards are looked at again: a slot whose concurrency was full made them say
         nothing waits, and these acknowledgements free it (the engine's next ask, right
         after, carries them and leases its next request, not ACK_WITHIN later)."""
         settling = self.holdings.settling
-        acted = False
+        freed: set[Shard] = set()
         while settling and self.incoming.settled(settling[0][0]):
             _, request, shard, lease_id = settling.popleft()
             if not self.later.done(request, shard, lease_id):
                 self.holdings.acks.add(shard, [lease_id])
-            acted = True
-        if acted and not self._closed:
+            freed.add(shard)
+        if freed and not self._closed:
             self.acks_due.ask(ACK_WITHIN)
             if not self.holdings.taken:  # (they may free a full slot: look again)
-                self.looks.forget()
+                self.looks.forget(freed)
         self._forget_if_idle()
 
     def _batch_answered(self) -> None:
@@ -364,7 +364,7 @@ class Scheduler(BaseScheduler):
         call carries the acknowledgements), else the crawl waits a heartbeat to end."""
         holdings = self.holdings
         if not holdings.in_flight and not holdings.taken and not holdings.settling:
-            self.looks.forget()
+            self.looks.forget_held()
 
     def _acknowledge(self) -> None:
         """ACK_WITHIN after a page is done, and every third of the lease: acknowledge

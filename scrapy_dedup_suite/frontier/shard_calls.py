@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .idle import ShardLooks
 from .leases import Holdings, say_returned
-from .queue import FrontierQueue, Leased, Shard
+from .queue import FrontierQueue, Leased, Shard, is_move
 
 if TYPE_CHECKING:
     from .codec import RequestCodec
@@ -77,7 +77,7 @@ class ShardCalls:
     def called(self, shard: Shard, acks: list[str], leased: Leased, take: int) -> None:
         """Count what a call to ``shard`` asking for ``take`` requests answered;
         remember what it said of the shard."""
-        self.count("frontier/acknowledged", len(acks))
+        self.count("frontier/acknowledged", sum(not is_move(i) for i in acks))
         self.reclaimed(shard, leased)
         ours = self.holdings.on(shard) + len(leased.requests)  # (those: not yet taken)
         drained = take > 0 and len(leased.requests) < take  # (none more ready now)
@@ -86,5 +86,6 @@ class ShardCalls:
     def reclaimed(self, shard: Shard, leased: Leased) -> None:
         """Count the leases a call to ``shard`` took back; name those it set aside."""
         self.count("frontier/reclaimed", leased.reclaimed)
+        self.count("frontier/moves_reclaimed", leased.moved)  # (moved by the call: homes)
         said = say_returned(self.codec, shard, leased.returned, self.max_returns)
         self.count("frontier/returned_aside", said)

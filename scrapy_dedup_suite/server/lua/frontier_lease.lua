@@ -26,11 +26,14 @@
 -- The pages due go back to the front of the queue before requests are leased.
 -- Requests tagged with their download slot are leased from the slots ready
 -- (frontier_slots), the others from KEYS[1] after them.
+-- A lease that ended holding a request on its way to another shard (frontier_moving)
+-- is handed to this caller to move: renewed for it, under the same id, and returned.
 -- Returns {runs waiting (members of KEYS[1]) and slots ready or due, leases held,
 -- reclaimed by this call, bad members set aside by this call, k: requests set aside by
 -- this call for coming back too often, ms until the first page of KEYS[6] is due or
--- the first slot is ready (-1: none), the server's time (ms), then those k requests'
--- entries, then per request leased: its priority, entry and the ms to hold it before
+-- the first slot is ready (-1: none), the server's time (ms), m: requests to move,
+-- then those k requests' entries, then per request to move: its lease id, priority
+-- and entry, then per request leased: its priority, entry and the ms to hold it before
 -- it is sent};
 -- the i-th leased has id prefix .. (ARGV[4] + i - 1).
 local queue, leases, expiries, counters, aside = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -91,7 +94,7 @@ local expired = rcall('ZRANGEBYSCORE', expiries, '-inf', now, 'LIMIT', 0, 100)
 -- A request that comes back from a lease that ended counts it in its list item (see
 -- frontier_wrap); past max_returns it is set aside (a page that kills or freezes every
 -- worker that takes it), and its entry returned for the worker to name it.
-local back, returned = {}, {}
+local back, returned, moves = {}, {}, {}
 local function give_back(ids, ended)
   for _, id in ipairs(ids) do
     local held = rcall('HGET', leases, id)
@@ -100,6 +103,9 @@ local function give_back(ids, ended)
       if not priority then
         set_bad(held)
         frontier_ack(queue, leases, expiries, { id })
+      elseif frontier_moving(item) then
+        rcall('ZADD', expiries, now + lease_ms, id)
+        moves[#moves + 1] = { id, priority, frontier_moving(item) }
       elseif not ended then
         back[#back + 1] = { id, priority, item }
       else
@@ -151,8 +157,11 @@ if reclaimed > 0 then
   end
   rcall('HINCRBY', counters, 'reclaimed', reclaimed)
 end
-local out = { 0, 0, reclaimed, 0, #returned, -1, now }
+local out = { 0, 0, reclaimed, 0, #returned, -1, now, #moves }
 for _, entry in ipairs(returned) do out[#out + 1] = entry end
+for _, move in ipairs(moves) do
+  for _, x in ipairs(move) do out[#out + 1] = x end
+end
 local slots, ready = frontier_slot_keys(queue)
 if n > 0 and rcall('ZCARD', ready) == 0 and rcall('HLEN', leases) == 0
     and rcall('EXISTS', slots) == 1 then
