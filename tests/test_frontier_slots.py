@@ -300,6 +300,52 @@ def slot_line(server, queue: FrontierQueue, name: str) -> list[int]:
     return [int(x) for x in server.hget(queue.shards[0].slots, name).split()]
 
 
+def server_ms(server) -> int:
+    seconds, micros = server.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_request_sent_late_never_leaves_the_next_less_than_a_delay_behind(server):
+    """A worker sends its request after its turn (a busy reactor): its acknowledgement
+    says when, and the slot's next turn is at least a delay after that send, not after
+    the turn (else another worker, on time, sends the next one the lateness less than a
+    delay after it: 0.57x of a 0.1 s delay in bench.politeness). A send said to be in
+    the future counts as now (a delay at most); one long past changes nothing."""
+    from scrapy_dedup_suite.frontier.acks import stamped
+
+    one, two = workers(server)
+    shard = one.shards[0]
+    entries = [
+        tagged(f"http://a.test/{i}", DOWNLOAD_DELAY=1, CONCURRENT_REQUESTS_PER_DOMAIN=1)
+        for i in range(4)
+    ]
+    one.push(shard, [(0, entry) for entry in entries])
+    for sent_late, expected in ((300, 300), (10**9, None), (-(10**6), 0)):
+        first = one.call(shard, 60_000, take=1)
+        lease_id = first.requests[0][0]
+        turn = slot_line(server, one, "a.test")[0] - 1000  # (its turn: a delay before the next)
+        sent = turn + sent_late
+        deadline = time.monotonic() + 10
+        while server_ms(server) < min(sent, turn + 300):  # (a send is never said in the future)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        clock = one.clocks[shard]
+        stamp = (sent / 1000 - clock.offset) if sent_late < 10**9 else time.monotonic() + 10**6
+        before = server_ms(server)
+        two.call(shard, 60_000, acks=[stamped(lease_id, stamp, clock)])
+        after = server_ms(server)
+        next_at = slot_line(server, one, "a.test")[0]
+        if expected is None:  # (said in the future: now, a delay at most)
+            assert before + 1000 <= next_at <= after + 1000
+        else:
+            assert abs(next_at - (turn + 1000 + expected)) <= 1  # (ms, rounded both ways)
+        server.hset(
+            shard.slots,
+            "a.test",
+            " ".join(str(x) for x in [0, *slot_line(server, one, "a.test")[1:]]),
+        )  # (its next turn now: the next round starts at once)
+
+
 def test_a_refusal_blocks_its_slot_for_every_worker_and_the_others_go_on(server):
     """A 429 with Retry-After an hour: no worker is handed the slot's next request
     before then (it is handed out a delay before, to hold); another host's requests

@@ -7,6 +7,18 @@ import time
 from collections.abc import Iterable, Iterator
 
 from .queue import Shard, is_move
+from .server_clock import ServerClock
+
+
+def stamped(lease_id: str, sent: float | None, clock: ServerClock | None) -> str:
+    """``lease_id`` as acknowledged: with when its request was sent (``sent``:
+    ``time.monotonic()``), on its shard's server's clock in ms, if both are known:
+    ``id@ms``. Its download slot's next turn is then at least a delay after it, so a
+    request its worker sent late never leaves the next, sent on time by another, less
+    than a delay behind (``frontier_ack``)."""
+    if sent is None or clock is None or clock.rtt == float("inf"):
+        return lease_id
+    return f"{lease_id}@{round((sent + clock.offset) * 1000)}"
 
 
 class PendingAcks:

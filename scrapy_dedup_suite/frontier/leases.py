@@ -45,6 +45,9 @@ class Holdings:
         self.taken: deque[tuple[Request, Shard, str]] = deque()
         #: Handed to the engine and not yet done.
         self.in_flight: dict[Request, tuple[Shard, str]] = {}
+        #: Lease id -> when (``time.monotonic()``) its request was handed to the engine,
+        #: until it is acknowledged (:func:`.acks.stamped`).
+        self.sent: dict[str, float] = {}
         #: Done, waiting for the requests handed on up to then to be settled (their
         #: children among them): (that number, request, shard, lease id).
         self.settling: deque[tuple[int, Request, Shard, str]] = deque()

@@ -41,6 +41,7 @@ from ..dedup.engine_state import engine_slot, watch_engine
 from ..exceptions import DedupConfigError
 from ..server.privileges import permission_error
 from ..settings.table import read
+from .acks import stamped
 from .backoff import SlotBackoff, on_refusal
 from .frontier_options import FrontierOptions
 from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
@@ -297,6 +298,7 @@ class Scheduler(BaseScheduler):
         if self.slots is not None:
             local_delay_off(self.crawler, request)
         self.holdings.in_flight[request] = (shard, lease_id)
+        self.holdings.sent[lease_id] = time.monotonic()
         self._count("scheduler/dequeued/redis")
         if len(self.holdings.taken) <= self.options.prefetch // 2:
             self.taking.ahead()
@@ -329,8 +331,10 @@ class Scheduler(BaseScheduler):
         freed: set[Shard] = set()
         while settling and self.incoming.settled(settling[0][0]):
             _, request, shard, lease_id = settling.popleft()
+            sent = self.holdings.sent.pop(lease_id, None)
             if not self.later.done(request, shard, lease_id):
-                self.holdings.acks.add(shard, [lease_id])
+                clock = self.queue.clocks.get(shard) if self.queue is not None else None
+                self.holdings.acks.add(shard, [stamped(lease_id, sent, clock)])
             freed.add(shard)
         if freed and not self._closed:
             self.acks_due.ask(ACK_WITHIN)

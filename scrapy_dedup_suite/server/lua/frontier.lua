@@ -46,10 +46,15 @@ local function frontier_moving(item)
 end
 
 -- These leases end (a worker is done with them, gave them back, or they expired): their
--- slots' concurrency is freed.
+-- slots' concurrency is freed. An id may say when its request was sent, "id@ms" (the
+-- server's clock): its slot's next turn is then at least a delay after that
+-- (frontier_slot_free), so a request sent late never leaves the next one less than a
+-- delay behind it.
 local function frontier_ack(queue, leases, expiries, ids)
   local now = nil
-  for _, id in ipairs(ids) do
+  for _, given in ipairs(ids) do
+    local id, sent = string.match(given, '^(.*)@(%d+)$')
+    if not id or #sent > 15 then id, sent = given, nil end
     local held = rcall('HGET', leases, id)
     if held then
       rcall('HDEL', leases, id)
@@ -57,7 +62,7 @@ local function frontier_ack(queue, leases, expiries, ids)
       local _, item = frontier_parse(held)
       if string.find(held, '\5', 1, true) and not frontier_moving(item) then
         now = now or dedup_now_ms()
-        frontier_slot_free(queue, held, now)
+        frontier_slot_free(queue, held, now, tonumber(sent))
       end
     end
   end

@@ -181,8 +181,10 @@ local function frontier_enqueue(queue, items, front)
 end
 
 -- A lease of a tagged request ends (acknowledged, given back, kept for later, expired,
--- set aside): its slot's concurrency is freed.
-local function frontier_slot_free(queue, held, now)
+-- set aside): its slot's concurrency is freed. ``sent``: when the worker sent it (ms,
+-- the server's clock, at most now; or nil): the slot's next dispatch is then at least
+-- its shortest delay (jitter and all) after it.
+local function frontier_slot_free(queue, held, now, sent)
   local space = string.find(held, ' ', 1, true)
   if not space then return end
   local header = frontier_slot_split(string.sub(held, space + 1))
@@ -190,6 +192,10 @@ local function frontier_slot_free(queue, held, now)
   if not slot then return end
   local state = frontier_slot_state(frontier_slot_keys(queue), slot.name)
   state.leased = state.leased - 1
+  if sent then
+    local least = math.max(state.delay * (1 - state.jitter / 1000), state.learned)
+    state.next_at = math.max(state.next_at, math.min(sent, now) + math.floor(least))
+  end
   frontier_slot_save(queue, slot.name, state, now)
 end
 
