@@ -142,3 +142,16 @@ def test_a_shard_found_empty_is_called_less_and_less_often_until_this_worker_sen
     assert asked(now[0]) == [empty]  # (and what the other said is still known)
     looks.forget_held()  # (done with all it took: where leases were held, look again)
     assert busy not in looks.seen
+
+
+def test_a_request_an_older_version_gave_back_on_its_way_home_is_still_crawled(server):
+    """A worker of the version before homes, in a rolling upgrade, takes back a lease
+    that held a request on its way home and puts it in the queue as it is, marked
+    (byte 6): a lease call hands it out without the mark, so it decodes and is
+    crawled, never set aside again and again."""
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    entry = tagged("http://a.test/0")
+    queue.push(shard, [(0, b"\x03\x01\x06" + entry)])  # (given back once, marked)
+    leased = queue.call(shard, 60_000, take=5)
+    assert [e for _, _, e in leased.requests] == [b"\x01http://a.test/0"]

@@ -346,6 +346,23 @@ def test_a_request_sent_late_never_leaves_the_next_less_than_a_delay_behind(serv
         )  # (its next turn now: the next round starts at once)
 
 
+def test_a_request_s_send_time_is_when_the_downloader_took_it():
+    """Its middlewares (robots.txt's waits for the file) may keep a request a while
+    after the engine took it: the send time its acknowledgement says is when Scrapy's
+    downloader took it (``request_reached_downloader``), for this worker's requests."""
+    from scrapy_dedup_suite.frontier.leases import Holdings
+    from scrapy_dedup_suite.frontier.queue import Shard
+
+    holdings = Holdings()
+    ours = Request("http://a.test/")
+    holdings.in_flight[ours] = (Shard("{t}:frontier"), "w:1")
+    holdings.sent["w:1"] = 1.0  # (when the engine took it)
+    before = time.monotonic()
+    holdings.reached(ours)
+    holdings.reached(Request("http://b.test/"))  # (not from the frontier: nothing)
+    assert list(holdings.sent) == ["w:1"] and holdings.sent["w:1"] >= before
+
+
 def test_a_refusal_blocks_its_slot_for_every_worker_and_the_others_go_on(server):
     """A 429 with Retry-After an hour: no worker is handed the slot's next request
     before then (it is handed out a delay before, to hold); another host's requests

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,8 @@ class Holdings:
         #: Handed to the engine and not yet done.
         self.in_flight: dict[Request, tuple[Shard, str]] = {}
         #: Lease id -> when (``time.monotonic()``) its request was handed to the engine,
-        #: until it is acknowledged (:func:`.acks.stamped`).
+        #: then when the downloader took it (:meth:`reached`), until it is acknowledged
+        #: (:func:`.acks.stamped`).
         self.sent: dict[str, float] = {}
         #: Done, waiting for the requests handed on up to then to be settled (their
         #: children among them): (that number, request, shard, lease id).
@@ -60,6 +62,13 @@ class Holdings:
         #: Lease id -> when (the scheduler's clock) a request taken may be handed to the
         #: engine: its download slot's turn (FRONTIER_POLITENESS), at most a delay ahead.
         self.not_before: dict[str, float] = {}
+
+    def reached(self, request: Request) -> None:
+        """Scrapy's ``request_reached_downloader``: ``request`` passed the downloader's
+        middlewares (robots.txt's among them) and is sent now: its send time."""
+        held = self.in_flight.get(request)
+        if held is not None:
+            self.sent[held[1]] = time.monotonic()
 
     def on(self, shard: Shard) -> int:
         """How many requests taken, in flight or settling are ``shard``'s."""

@@ -189,6 +189,7 @@ class Scheduler(BaseScheduler):
             self.crawler.signals.connect(self._on_refusal, signals.response_downloaded)
         if self.slots is not None:
             self.slots.learned = learned_delays(self.crawler)
+            self.crawler.signals.connect(self.holdings.reached, signals.request_reached_downloader)
         self._acknowledging = task.LoopingCall(self._acknowledge)
         self._acknowledging.start(self.options.lease / 3, now=False)
         if running_reactor() is not None:  # (as the engine opens it, not a test)

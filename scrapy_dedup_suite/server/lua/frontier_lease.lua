@@ -28,6 +28,8 @@
 -- (frontier_slots), the others from KEYS[1] after them.
 -- A lease that ended holding a request on its way to another shard (frontier_moving)
 -- is handed to this caller to move: renewed for it, under the same id, and returned.
+-- (An older version's call gives such a request back to the queue, marked: it is
+-- leased here without its mark.)
 -- Returns {runs waiting (members of KEYS[1]) and slots ready or due, leases held,
 -- reclaimed by this call, bad members set aside by this call, k: requests set aside by
 -- this call for coming back too often, ms until the first page of KEYS[6] is due or
@@ -176,7 +178,7 @@ for i, record in ipairs(leased) do
   rcall('HSET', leases, id, record[1] .. ' ' .. record[2])
   rcall('ZADD', expiries, now + lease_ms, id)
   local _, bare = frontier_unwrap(record[2])
-  local _, plain = frontier_slot_split(bare)
+  local _, plain = frontier_slot_split(frontier_moving(bare) or bare) -- (see below)
   out[#out + 1] = record[1]
   out[#out + 1] = plain
   out[#out + 1] = record[3]
