@@ -11,9 +11,10 @@ import hashlib
 import time
 
 from scrapy_dedup_suite.backends.compact import CompactBackend
-from scrapy_dedup_suite.frontier.homes import Homes, move, slot_name
+from scrapy_dedup_suite.frontier.homes import crawl_queue, move
 from scrapy_dedup_suite.frontier.queue import FrontierQueue, Shard
 from scrapy_dedup_suite.frontier.record import record_and_enqueue
+from scrapy_dedup_suite.frontier.slot_homes import Homes, slot_name
 
 from .test_frontier_slots import tagged
 
@@ -41,6 +42,10 @@ def recorded(server, move_ms: int = 60_000):
     return backend, queue, requests, moves
 
 
+def by_name(shard: Shard) -> str:
+    return shard.queue
+
+
 def home_of(queue: FrontierQueue, entry: bytes) -> Shard:
     return queue.homes.of(entry) or queue.shards[0]
 
@@ -54,9 +59,9 @@ def test_a_slot_s_home_is_the_same_for_every_worker_whatever_the_order_of_its_sh
     entry = tagged("http://a.test/0")
     assert slot_name(entry) == b"a.test" and slot_name(b"\x03\x00" + entry) == b"a.test"
     assert slot_name(b"\x01http://a.test/0") is None and slot_name(b"\x05\x09short") is None
-    assert Homes(shards).of(entry) == Homes(shards[::-1]).of(entry)
-    assert Homes(shards[:1]).of(entry) is None  # (one shard: nothing moves)
-    names = {Homes(shards).of(tagged(f"http://h{n}.test/")) for n in range(30)}
+    assert Homes(shards, by_name).of(entry) == Homes(shards[::-1], by_name).of(entry)
+    assert Homes(shards[:1], by_name).of(entry) is None  # (one shard: nothing moves)
+    names = {Homes(shards, by_name).of(tagged(f"http://h{n}.test/")) for n in range(30)}
     assert names == set(shards)  # (hosts spread over the shards)
 
 
@@ -94,7 +99,7 @@ def test_requests_held_to_move_by_a_worker_that_died_are_moved_by_the_next_call(
     requests to move; it moves them home and acknowledges them. Every request waits at
     home once, none is lost, none stays held."""
     backend, dead, requests, moves = recorded(server, move_ms=1)
-    live = FrontierQueue.for_backend(backend, "t:requests")
+    live = crawl_queue(backend, "t:requests", 60_000)  # (a worker's: it moves them)
     assert live.homes.shards == dead.homes.shards and live.worker != dead.worker
     moved = 0
     deadline = time.monotonic() + 30

@@ -149,6 +149,10 @@ def test_the_slot_s_tag_is_the_worker_s_alone_and_download_slots_settings_apply(
     assert policy.limits("x.test") == (2.0, 0.5, 8)
     entry = policy.tag(b"\x01body", request)
     assert entry_of(entry) == b"\x01body" and entry_of(b"\x03\x01" + entry) == b"\x01body"
+    # Each slot's header is kept with the delay it was built for (a learned one changes it).
+    assert policy.header("x.test", 3.0) == b"2000:3000 500 8 x.test"
+    assert policy.header("x.test", 3.0) is policy.header("x.test", 3.0)
+    assert policy.header("x.test") == b"2000 500 8 x.test"
 
 
 # -- real crawls: two workers, hosts that note each request ---------------------------

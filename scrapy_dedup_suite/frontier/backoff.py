@@ -85,20 +85,20 @@ class SlotBackoff:
         wait = retry_after(response.headers.get(b"Retry-After"))
         return -1 if wait is None else round(min(wait * 1000, self.most_ms))
 
-    def block(self, queue: FrontierQueue, request: Request, asked_ms: int) -> tuple[float, int]:
-        """Block ``request``'s slot in its home shard (:mod:`.homes`: on a Cluster, where
-        its requests wait): the seconds until the block ends, and the refusals its
-        back-off counted."""
-        header = self.policy.header(self.policy.key(request))
+    def block(self, queue: FrontierQueue, key: str, asked_ms: int) -> tuple[float, int]:
+        """Block download slot ``key`` in its home shard (:mod:`.homes`: on a Cluster,
+        where its requests wait): the seconds until the block ends, and the refusals
+        its back-off counted."""
+        header = self.policy.header(key)
         shard = queue.homes.of_slot(header.split(b" ", 3)[3])
         args = [header, asked_ms, self.first_ms, self.most_ms]
         ms, counted = scripts.FRONTIER_BLOCK(queue.server, [shard.queue], args)
         return int(ms) / 1000, int(counted)
 
-    def hold(self, holdings: Holdings, request: Request, until: float) -> int:
-        """Hold the requests taken for ``request``'s slot until ``until`` (the
+    def hold(self, holdings: Holdings, key: str, until: float) -> int:
+        """Hold the requests taken for download slot ``key`` until ``until`` (the
         scheduler's clock): how many."""
-        key, held = self.policy.key(request), 0
+        held = 0
         for taken, _, lease_id in holdings.taken:
             if self.policy.key(taken) == key:
                 holdings.not_before[lease_id] = max(holdings.not_before.get(lease_id, 0.0), until)
@@ -123,19 +123,20 @@ def on_refusal(
         frontier = queue()
         if asked is None or frontier is None:
             return
+        key = backoff.policy.key(request)
         try:
-            until, strikes = backoff.block(frontier, request, asked)
+            until, strikes = backoff.block(frontier, key, asked)
         except Exception as exc:  # Redis away: this worker's retry goes unblocked
             failed(exc, "block a download slot")
             return
-        backoff.hold(holdings, request, clock() + until)
+        backoff.hold(holdings, key, clock() + until)
         count("frontier/slot_blocked")
         logger.info(
             "Frontier: %s answered %d; its download slot %r is blocked for %.1f s for every "
             "worker (%s)",
             request.url,
             response.status,
-            backoff.policy.key(request),
+            key,
             until,
             "its Retry-After" if asked >= 0 else f"back-off, refusal {strikes}",
         )

@@ -5,6 +5,8 @@ requests waiting (:func:`busiest_slots`)."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -112,11 +114,16 @@ class SlotFigures:
 
 
 def slot_figures(name: Any, line: Any, now_ms: float) -> SlotFigures | None:
-    """A slot's state read back (untrusted: None for a line that is not the frontier's)."""
+    """A slot's state read back (untrusted: None for a line that is not the frontier's),
+    as ``frontier_slot_state`` reads it: five numbers, then three or four more, else
+    none of those (an older version's line)."""
     fields = as_str(line).split(" ")
-    if not 5 <= len(fields) <= 9 or not all(f.isdigit() and len(f) <= 15 for f in fields):
+    head, rest = fields[:5], fields[5:]
+    if len(head) < 5 or not all(f.isdigit() and len(f) <= 15 for f in head):
         return None
-    n = [int(f) for f in fields] + [0] * (9 - len(fields))
+    if len(rest) not in (3, 4) or not all(f.isdigit() and len(f) <= 15 for f in rest):
+        rest = []
+    n = [int(f) for f in head + rest] + [0] * (4 - len(rest))
     next_at, leased, delay, _, conc, blocked, strikes, learned, waiting = n
     return SlotFigures(
         as_str(name), waiting, leased, conc, max(delay, learned) / 1000,
@@ -129,15 +136,18 @@ def busiest_slots(queue: FrontierQueue, now_ms: float, top: int) -> tuple[int, l
     """How many download slots the shards keep, and the ``top`` with the most requests
     waiting (then the most leased). Reads every slot's state (HSCAN, 1,000 at a time):
     costs the slots that exist."""
-    count, ranked = 0, []
-    for shard in queue.shards:
-        for name, line in queue.server.hscan_iter(shard.slots, count=1000):
-            count += 1
-            figures = slot_figures(name, line, now_ms)
-            if figures is not None:
-                ranked.append(figures)
-    ranked.sort(key=lambda f: (-f.waiting, -f.leased, f.name))
-    return count, ranked[:top]
+    counted = [0]
+
+    def read() -> Iterator[SlotFigures]:
+        for shard in queue.shards:
+            for name, line in queue.server.hscan_iter(shard.slots, count=1000):
+                counted[0] += 1
+                figures = slot_figures(name, line, now_ms)
+                if figures is not None:
+                    yield figures
+
+    ranked = heapq.nsmallest(top, read(), key=lambda f: (-f.waiting, -f.leased, f.name))
+    return counted[0], ranked
 
 
 def crawl_figures(

@@ -3,13 +3,14 @@
 On a Cluster the queue has a shard in the slot of each of the dupefilter's groups,
 and a request is recorded in the group of its fingerprint: one host's requests are
 recorded all over the Cluster. A slot's delay and concurrency are kept where its
-requests wait, so they wait in one shard: the slot's home (:meth:`Homes.of`, by its
+requests wait, so they wait in one shard: the slot's home (:mod:`.slot_homes`, by its
 name, the same for every worker). A request recorded elsewhere is not lost on its way
 there: the call that records it holds it in a lease of its worker's
 (``frontier_moving``, ``lua/frontier.lua``); the worker then pushes it to the home
 (:func:`move`) and acknowledges that lease with its next call to the shard. A worker
 that dies in between leaves the lease to end; the next call to that shard hands the
-request to its own worker to move (``lua/frontier_lease.lua``). So a fault may push a
+request to its own worker to move (``lua/frontier_lease.lua``; :func:`rehome`, the
+queue's ``on_moves``). So a fault may push a
 request to its home twice (it is fetched twice), and never loses one.
 
 On a single server there is one shard: every request is at home, nothing moves.
@@ -18,57 +19,18 @@ On a single server there is one shard: every request is at home, nothing moves.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..server.failures import error_kind
-from .slots import TAG
+from .queue import FrontierQueue
 
 if TYPE_CHECKING:
     from .acks import PendingAcks
-    from .queue import FrontierQueue, Leased, Shard
+    from .queue import Leased, Shard
 
 logger = logging.getLogger(__name__)
-
-#: The byte an entry starts with when a lease that ended gave it back (its count next).
-_RETURNED = 3
-
-
-def slot_name(entry: bytes) -> bytes | None:
-    """The download slot ``entry`` is tagged with (as the scripts read its header), or
-    None for an untagged entry."""
-    if len(entry) >= 2 and entry[0] == _RETURNED:
-        entry = entry[2:]
-    if len(entry) < 2 or entry[0] != TAG or len(entry) < 2 + entry[1]:
-        return None
-    fields = entry[2 : 2 + entry[1]].split(b" ", 3)
-    return fields[3] if len(fields) == 4 else None
-
-
-class Homes:
-    """The home shard of each download slot among ``shards``: the same for every worker
-    of the crawl (by the shards' names, not the order they were listed in)."""
-
-    def __init__(self, shards: Sequence[Shard]) -> None:
-        self.shards = sorted(shards, key=lambda shard: shard.queue)
-
-    def of(self, entry: bytes) -> Shard | None:
-        """The home of ``entry``'s slot; None if it has none (untagged, or one shard)."""
-        if len(self.shards) < 2:
-            return None
-        name = slot_name(entry)
-        return None if name is None else self.of_slot(name)
-
-    def of_slot(self, name: bytes) -> Shard:
-        """The home of the download slot ``name`` (as its tag's header holds it)."""
-        return self.shards[zlib.crc32(name) % len(self.shards)]
-
-    def away(self, shard: Shard, entry: bytes) -> Shard | None:
-        """``entry``'s home if it is not ``shard`` (it moves there), else None."""
-        home = self.of(entry)
-        return None if home is None or home == shard else home
 
 
 @dataclass(frozen=True)
@@ -125,6 +87,16 @@ def settle(
             "FRONTIER_LEASE ends): %s",
             error,
         )
+
+
+def crawl_queue(backend: Any, queue_key: str, lease_ms: int) -> FrontierQueue:
+    """The queue beside ``backend``'s fingerprints as a worker of the crawl uses it:
+    seen among the workers, its requests on their way home held ``lease_ms``, and
+    those a call hands it to move moved (:func:`rehome`)."""
+    queue = FrontierQueue.for_backend(backend, queue_key)
+    queue.crawling, queue.move_ms = True, lease_ms
+    queue.on_moves = lambda origin, leased: rehome(queue, origin, leased)
+    return queue
 
 
 def rehome(queue: FrontierQueue, origin: Shard, leased: Leased) -> None:

@@ -42,7 +42,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +51,8 @@ from ..exceptions import DedupConfigError
 from ..server import scripts
 from ..server.cluster import is_cluster
 from .entries import parse_member, stored_priority
-from .homes import Homes, rehome
 from .server_clock import ServerClock
+from .slot_homes import Homes
 
 logger = logging.getLogger(__name__)
 
@@ -180,10 +180,12 @@ class FrontierQueue:
             shards.setdefault(slot_of(anchor), Shard(frontier_key(anchor)))
         self.shards = list(shards.values())
         self._by_slot = shards
-        #: Each download slot's home shard (:mod:`.homes`), and the lease (ms) of a
-        #: request recorded elsewhere until its worker moved it there.
-        self.homes = Homes(self.shards)
+        #: Each download slot's home shard; how long a request recorded elsewhere is held
+        #: (ms) until moved there; who moves those a call hands over (None: a command's
+        #: look; they stay held until their lease ends again). See :mod:`.homes`.
+        self.homes = Homes(self.shards, lambda shard: shard.queue)
         self.move_ms = 60_000
+        self.on_moves: Callable[[Shard, Leased], None] | None = None
         #: This worker's lease ids start with it (and count up): where it runs, and a
         #: token of its own.
         self.worker = f"{worker_name()}:"
@@ -228,8 +230,7 @@ class FrontierQueue:
         return first
 
     def lease_ids(self, n: int, moving: bool = False) -> list[str]:
-        """``n`` new lease ids of this worker's (``moving``: of requests on their way to
-        their home shard, :func:`is_move`)."""
+        """``n`` new lease ids of this worker's (``moving``: requests going home)."""
         first, mark = self._reserve(n), MOVE_MARK if moving else ""
         return [f"{self.worker}{mark}{first + i}" for i in range(n)]
 
@@ -293,8 +294,8 @@ class FrontierQueue:
         leased.due_in = int(answer[5]) / 1000 if int(answer[5]) >= 0 else None
         if leased.bad:
             self.said_bad(shard, leased.bad)
-        if leased.moves:
-            rehome(self, shard, leased)
+        if leased.moves and self.on_moves is not None:
+            self.on_moves(shard, leased)
         return leased
 
     def said_bad(self, shard: Shard, count: int) -> None:

@@ -44,6 +44,7 @@ from ..settings.table import read
 from .acks import stamped
 from .backoff import SlotBackoff, on_refusal
 from .frontier_options import FrontierOptions
+from .homes import crawl_queue
 from .idle import EngineWaker, IdleTimer, OneShot, ShardLooks, running_reactor
 from .incoming import Incoming
 from .later import RetryLater
@@ -165,8 +166,7 @@ class Scheduler(BaseScheduler):
         df.open()
         backend = df.backend
         self.queue_key = spider_key(self.options.queue_key, spider.name, "SCHEDULER_QUEUE_KEY")
-        self.queue = self.incoming.queue = FrontierQueue.for_backend(backend, self.queue_key)
-        self.queue.crawling, self.queue.move_ms = True, self.lease_ms
+        self.queue = self.incoming.queue = crawl_queue(backend, self.queue_key, self.lease_ms)
         self.incoming.spider = spider
         try:
             load_scripts(backend)

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 TAG = 5
 #: The longest slot name kept in a tag: the header's length is one byte.
 NAME_BYTES = 200
+#: The most download slots whose header (and robots.txt's delay) a worker keeps built.
+KEPT = 10_000
 #: The longest delay a tag carries (s): a day (a robots.txt asking more is read as a day).
 MOST_DELAY = 86400.0
 
@@ -68,7 +70,8 @@ class SlotPolicy:
             "CONCURRENT_REQUESTS_PER_DOMAIN"
         )
         self.per_slot: dict[str, dict[str, Any]] = settings.getdict("DOWNLOAD_SLOTS")
-        self._headers: dict[str, bytes] = {}
+        #: Per slot, its last header and the learned delay it was built with.
+        self._headers: dict[str, tuple[float | None, bytes]] = {}
         #: The delay (s) this worker learned a request's slot needs, or None (set at the
         #: open: :func:`learned_delays`).
         self.learned: Callable[[Request, str], float | None] = lambda request, key: None
@@ -105,17 +108,19 @@ class SlotPolicy:
     def header(self, key: str, learned: float | None = None) -> bytes:
         """The tag's header of slot ``key``: "delay jitter concurrency name" (ms,
         thousandths, requests); "delay:learned" with a delay learned (s)."""
-        header = self._headers.get(key) if learned is None else None
-        if header is None:
-            delay, jitter, concurrency = self.limits(key)
-            ms = f"{round(min(max(delay, 0.0), MOST_DELAY) * 1000)}"
-            if learned is not None:
-                ms += f":{round(min(max(learned, 0.0), MOST_DELAY) * 1000)}"
-            name = key.encode("utf-8")[:NAME_BYTES]
-            fields = f"{ms} {round(min(max(jitter, 0.0), 1.0) * 1000)} {max(1, concurrency)} "
-            header = fields.encode() + name
-            if learned is None:
-                self._headers[key] = header
+        cached = self._headers.get(key)
+        if cached is not None and cached[0] == learned:
+            return cached[1]
+        delay, jitter, concurrency = self.limits(key)
+        ms = f"{round(min(max(delay, 0.0), MOST_DELAY) * 1000)}"
+        if learned is not None:
+            ms += f":{round(min(max(learned, 0.0), MOST_DELAY) * 1000)}"
+        name = key.encode("utf-8")[:NAME_BYTES]
+        fields = f"{ms} {round(min(max(jitter, 0.0), 1.0) * 1000)} {max(1, concurrency)} "
+        header = fields.encode() + name
+        if len(self._headers) >= KEPT:  # (a crawl of many hosts: the recent ones kept)
+            self._headers.clear()
+        self._headers[key] = (learned, header)
         return header
 
     def tag(self, entry: bytes, request: Request) -> bytes:
@@ -137,20 +142,31 @@ def learned_delays(crawler: Crawler) -> Callable[[Request, str], float | None]:
     middlewares = getattr(getattr(downloader, "middleware", None), "middlewares", ())
     robots = next((m for m in middlewares if isinstance(m, RobotsTxtMiddleware)), None)
     throttled = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
+    #: Per host, the robots.txt parser read, the user agent asked for, and its delay.
+    read: dict[str, tuple[Any, Any, float]] = {}
 
     def learned(request: Request, key: str) -> float | None:
         delay: float | None = None
         parsers = getattr(robots, "_parsers", None)
         if isinstance(parsers, dict):
-            crawl_delay = getattr(parsers.get(urlparse_cached(request).netloc), "crawl_delay", None)
+            netloc = urlparse_cached(request).netloc
+            parser = parsers.get(netloc)
+            crawl_delay = getattr(parser, "crawl_delay", None)
             if callable(crawl_delay):
                 agent = getattr(robots, "_robotstxt_useragent", None) or request.headers.get(
                     b"User-Agent", crawler.settings.get("USER_AGENT")
                 )
-                try:
-                    delay = float(crawl_delay(agent) or 0.0)
-                except (TypeError, ValueError):  # (a robots.txt's odd value: none)
-                    delay = 0.0
+                known = read.get(netloc)
+                if known is not None and known[0] is parser and known[1] == agent:
+                    delay = known[2]
+                else:
+                    try:
+                        delay = float(crawl_delay(agent) or 0.0)
+                    except (TypeError, ValueError):  # (a robots.txt's odd value: none)
+                        delay = 0.0
+                    if len(read) >= KEPT:
+                        read.clear()
+                    read[netloc] = (parser, agent, delay)
         slot = (getattr(downloader, "slots", None) or {}).get(key) if throttled else None
         if slot is not None:
             delay = max(delay or 0.0, float(getattr(slot, "delay", 0.0) or 0.0))

@@ -19,17 +19,20 @@ if not slot or not asked or not first or not most then return { 0, 0 } end -- (n
 frontier_slot_check_keys(queue)
 local now = dedup_now_ms()
 local slots = frontier_slot_keys(queue)
-local state = frontier_slot_state(slots, slot.name)
-if rcall('HEXISTS', slots, slot.name) == 0 then frontier_slot_settings(state, slot) end
+local state, known = frontier_slot_state(slots, slot.name)
+if not known then frontier_slot_settings(state, slot) end
+-- The back-off after k refusals counted: first, doubled k times, at most ``most``.
+local function step(k)
+  return math.min(first * 2 ^ math.min(math.max(k, 0), 40), most)
+end
 local block
 if asked >= 0 then
   block = math.min(asked, most)
 elseif state.blocked > now then
   block = state.blocked - now -- (refused by a request sent before the block)
 else
-  local last = math.min(first * 2 ^ math.min(math.max(state.strikes - 1, 0), 40), most)
-  if now - state.blocked > last then state.strikes = 0 end
-  block = math.min(first * 2 ^ math.min(state.strikes, 40), most)
+  if now - state.blocked > step(state.strikes - 1) then state.strikes = 0 end
+  block = step(state.strikes)
   state.strikes = math.min(state.strikes + 1, 999)
 end
 state.blocked = math.max(state.blocked, now + math.floor(block))

@@ -73,25 +73,23 @@ local function frontier_slot_header(header)
 end
 
 -- A slot's state (its hash field), read leniently: what does not parse reads as a slot
--- never used (a mistake there costs a delay once, never a stalled slot).
+-- never used (a mistake there costs a delay once, never a stalled slot); and whether
+-- the field was there.
 local function frontier_slot_state(slots, name)
   local line = rcall('HGET', slots, name)
   local state = { next_at = 0, leased = 0, delay = 0, jitter = 0, conc = 1, blocked = 0,
     strikes = 0, learned = 0, waiting = 0 }
-  if line then
-    local a, b, c, d, e, rest = string.match(line, '^(%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
-    if a and #a <= 15 and #b <= 9 and #c <= 12 and #d <= 4 and #e <= 6 then
-      state = { next_at = tonumber(a), leased = tonumber(b), delay = tonumber(c),
-        jitter = tonumber(d), conc = math.max(1, tonumber(e)), blocked = 0, strikes = 0,
-        learned = 0, waiting = 0 }
-      local f, g, h, i = string.match(rest, '^ (%d+) (%d+) (%d+) ?(%d*)$')
-      if f and #f <= 15 and #g <= 3 and #h <= 12 and #i <= 12 then
-        state.blocked, state.strikes, state.learned = tonumber(f), tonumber(g), tonumber(h)
-        state.waiting = tonumber(i) or 0
-      end
+  local a, b, c, d, e, rest = string.match(line or '', '^(%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
+  if a and #a <= 15 and #b <= 9 and #c <= 12 and #d <= 4 and #e <= 6 then
+    state.next_at, state.leased, state.delay = tonumber(a), tonumber(b), tonumber(c)
+    state.jitter, state.conc = tonumber(d), math.max(1, tonumber(e))
+    local f, g, h, i = string.match(rest, '^ (%d+) (%d+) (%d+) ?(%d*)$')
+    if f and #f <= 15 and #g <= 3 and #h <= 12 and #i <= 12 then
+      state.blocked, state.strikes, state.learned = tonumber(f), tonumber(g), tonumber(h)
+      state.waiting = tonumber(i) or 0
     end
   end
-  return state
+  return state, line and true or false
 end
 
 -- The slot's delay (ms): its settings' or what a worker learned, the larger.
