@@ -59,7 +59,7 @@ def park(client: redis.Redis, hosts: int) -> None:
         ]
         queue.push(shard, [(0, policy.tag(b"\x01" + r.url.encode(), r)) for r in requests])
         for request in requests:
-            backoff.block(queue, request, 3_600_000)
+            backoff.block(queue, policy.key(request), 3_600_000)
 
 
 def crawl(

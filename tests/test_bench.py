@@ -271,8 +271,10 @@ def test_politeness_bench_crawls_every_row_and_measures_on_the_hosts(redis_serve
         "scrapy, 1 process", "frontier, 2 workers", "frontier off, 2 workers",
         "scrapy-redis, 2 workers",
     }  # fmt: skip
-    assert all(row[-9] == "40" for row in rows.values()), out.stdout  # every page, each row
-    assert all(row[-7].endswith("x") for row in rows.values()), out.stdout
+    assert all(row[-10] == "40" for row in rows.values()), out.stdout  # every page, each row
+    assert all(row[-8].endswith("x") for row in rows.values()), out.stdout
+    scripts = {name: float(row[-1]) for name, row in rows.items()}  # (scripts run, per page)
+    assert scripts["scrapy, 1 process"] == 0 < scripts["frontier, 2 workers"], out.stdout
 
 
 def test_scale_bench_crawls_with_each_count_of_workers_and_hosts_parked(redis_server):
