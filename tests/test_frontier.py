@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Any
 
 import pytest
@@ -148,6 +149,38 @@ def test_renewed_leases_are_not_reclaimed_and_released_ones_come_back_first(serv
     counts = shard_counts(queue, shard)
     assert counts.reclaimed == 0 and counts.held == 3 and counts.waiting == 0
     assert set(counts.held_by) == {other.worker.rstrip(":")}
+
+
+def test_a_page_done_whose_acknowledgement_waits_is_renewed_by_its_lease_id(server):
+    """A page done waits for the next call to its shard, acknowledged with when it was
+    sent (``id@ms``); a callback blocking the reactor keeps it waiting past the lease,
+    so the keeper renews it meanwhile, by its lease id. Renewing ``id@ms`` held nothing:
+    the lease ended and another worker fetched the page again (the slow-callback crawl
+    test, with both cores busy)."""
+    from scrapy_dedup_suite.frontier.acks import stamped
+    from scrapy_dedup_suite.frontier.leases import Holdings, LeaseKeeper
+
+    queue = FrontierQueue(server, ["t:requests"])
+    shard = queue.shards[0]
+    queue.push(shard, [(0, b"\x01http://a.test/")])
+    ((lease_id, _, _),) = queue.call(shard, 1_000, take=1).requests
+    holdings = Holdings()
+    acknowledged = stamped(lease_id, time.monotonic(), queue.clocks[shard])
+    assert acknowledged.startswith(f"{lease_id}@")  # (its send time said)
+    holdings.acks.add(shard, [acknowledged])
+    errors: list[Any] = []
+    keeper = LeaseKeeper(
+        lambda: queue, 3_600_000, 5, lambda: holdings.ids({}), errors.append, errors.append
+    )
+    seconds, micros = server.time()
+    keeper.renew()
+    assert errors == []
+    ends = server.zscore(shard.expiries, lease_id)
+    assert ends is not None and ends >= int(seconds) * 1000 + int(micros) // 1000 + 3_599_000
+    other = FrontierQueue(server, ["t:requests"])
+    assert other.call(shard, 60_000, take=10).requests == []  # (not reclaimed)
+    queue.call(shard, 60_000, acks=holdings.acks.take(shard))
+    assert server.hlen(shard.leases) == 0  # (the acknowledgement, stamped, still ends it)
 
 
 @pytest.mark.single_server

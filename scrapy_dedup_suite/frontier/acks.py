@@ -3,6 +3,7 @@ that state, for the scheduler and for each record call that carries some."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator
 
@@ -19,6 +20,17 @@ def stamped(lease_id: str, sent: float | None, clock: ServerClock | None) -> str
     if sent is None or clock is None or clock.rtt == float("inf"):
         return lease_id
     return f"{lease_id}@{round((sent + clock.offset) * 1000)}"
+
+
+#: :func:`stamped`'s form, as ``frontier_ack`` reads it (the id, then ``@`` and ms).
+_STAMPED = re.compile(r"(.*)@(\d{1,15})", re.DOTALL)
+
+
+def lease_id_of(acknowledged: str) -> str:
+    """The lease id of an acknowledgement, :func:`stamped` or not: what a renewal
+    names (a renewal of ``id@ms`` would hold nothing, and the lease would end)."""
+    match = _STAMPED.fullmatch(acknowledged)
+    return match.group(1) if match else acknowledged
 
 
 class PendingAcks:
@@ -92,3 +104,8 @@ class PendingAcks:
     def items(self) -> list[tuple[Shard, list[str]]]:
         """A copy, read from the keeper's thread too."""
         return [(shard, list(ids)) for shard, ids in list(self._by_shard.items())]
+
+    def lease_ids(self) -> list[tuple[Shard, list[str]]]:
+        """:meth:`items` as lease ids, without their send times: what the keeper renews
+        while they wait (a blocked reactor keeps them waiting past the lease)."""
+        return [(shard, [lease_id_of(i) for i in ids]) for shard, ids in self.items()]

@@ -106,8 +106,8 @@ class Holdings:
 
     def ids(self, later: dict[Shard, list[Any]]) -> dict[Shard, list[str]]:
         """Per shard, every lease held: taken, in flight, done and settling or not yet
-        acknowledged,
-        arriving, and kept for ``later`` (its items four per page, the lease id first)."""
+        acknowledged, arriving, and kept for ``later`` (its items four per page, the
+        lease id first)."""
         held: dict[Shard, list[str]] = {}
         for shard, lease_id in list(self.in_flight.values()):
             held.setdefault(shard, []).append(lease_id)
@@ -115,7 +115,7 @@ class Holdings:
             held.setdefault(shard, []).append(lease_id)
         for _, _, shard, lease_id in list(self.settling):
             held.setdefault(shard, []).append(lease_id)
-        for shard, ids in self.acks.items():
+        for shard, ids in self.acks.lease_ids():
             held.setdefault(shard, []).extend(ids)
         for shard, items in list(later.items()):
             held.setdefault(shard, []).extend(list(items)[0::4])
