@@ -60,6 +60,18 @@ def test_scripts_fail_only_with_the_codes_the_client_maps():
     assert failing == ["prelude"]
 
 
+def test_the_server_keeps_no_comment_of_a_script_and_each_line_still_names_its_command():
+    """What SCRIPT LOAD sends is the script with its comment lines left empty (half its
+    text): every line where it was, so an error's line names the command it calls."""
+    for script in scripts.BY_SHA.values():
+        kept, full = script.source.split("\n"), script.text.split("\n")
+        assert len(kept) == len(full) and len(script.source) < len(script.text)
+        assert not [line for line in kept if line.lstrip().startswith("--")]
+        for n in range(1, len(full) + 1):
+            said = re.search(r"""rcall\(\s*['"](\w+)['"]""", full[n - 1])
+            assert script.command_at(n) == (said.group(1).upper() if said else None)
+
+
 def test_a_script_without_its_include_line_is_refused(monkeypatch):
     monkeypatch.setattr(scripts, "_read", lambda name: "return 1\n")
     with pytest.raises(ValueError, match="must start with '-- include: prelude"):

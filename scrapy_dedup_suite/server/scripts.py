@@ -58,6 +58,12 @@ def includes(name: str, text: str | None = None) -> list[str]:
     return order
 
 
+def bare(source: str) -> str:
+    """``source`` with its comment lines left empty: what the server keeps of a script
+    (every line where it was, so that an error's line still names its command)."""
+    return "\n".join("" if line.lstrip().startswith("--") else line for line in source.split("\n"))
+
+
 #: Every script by its SHA1, to explain an error a server reports by SHA and line.
 BY_SHA: dict[str, LuaScript] = {}
 
@@ -73,7 +79,9 @@ class LuaScript:
         #: The script's own text (its first line names the fragments it uses).
         self.body = body
         parts = [answers.lua(), *(_read(part) for part in includes(name, body)), body]
-        self.source = "\n".join(parts)
+        #: Everything it runs, with the comments; :attr:`source`, what the server keeps.
+        self.text = "\n".join(parts)
+        self.source = bare(self.text)
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
         BY_SHA[self.sha] = self
 
