@@ -42,9 +42,14 @@ ROWS = (
         "`hash`, buckets, field expiry",
     ),
     ("compact", "**`compact`** (exact, never expires)", "`compact`"),
+    (
+        "compact-growing",
+        "**`compact`**, nothing sized (`DEDUP_COMPACT_CAPACITY = 0`)",
+        "`compact`, growing",
+    ),
     ("bloom", "`bloom` at 0.1%", "`bloom` 0.1%"),
 )
-BOLD = {"hash", "compact"}  # the README's table shows these in bold
+BOLD = {"hash", "compact", "compact-growing"}  # the README's table shows these in bold
 
 FIGURE = re.compile(r"(\d[\d,]*(?:\.\d+)?) B(\**)<!-- figure: ([^>]+?) -->")
 BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)

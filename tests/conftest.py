@@ -25,6 +25,7 @@ from scrapy_dedup_suite.backends import (
     WindowedBloomBackend,
     WindowedNativeBloomBackend,
 )
+from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.core.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.core.native_math import NativeParams
@@ -254,6 +255,11 @@ BACKENDS: dict[str, BackendFactory] = {
     # Small enough that a test's few thousand fingerprints fill its buckets.
     "compact": lambda server, key="t:dedup", **kw: CompactBackend(
         server, key, capacity=kw.get("capacity", 5_000), shards=4
+    ),
+    # Nothing sized: buckets that split past 8 fields each, so that a test's few
+    # thousand fingerprints split every group to several levels.
+    "compact+growing": lambda server, key="t:dedup", **kw: GrowingCompactBackend(
+        server, key, shards=4, load=kw.get("load", 8)
     ),
     "bloom": lambda server, key="t:dedup", **kw: BloomBackend(server, key, kw.get("params", SMALL)),
     "windowed-bloom": lambda server, key="t:dedup", **kw: WindowedBloomBackend(

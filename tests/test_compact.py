@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from scrapy_dedup_suite.backends import CompactBackend
-from scrapy_dedup_suite.backends.compact import bucket_count, listpack_limits
+from scrapy_dedup_suite.backends.compact import bucket_count
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.backends.listpack import listpack_limits
 from scrapy_dedup_suite.exceptions import FilterMismatchError, WrongKeyTypeError
 from scrapy_dedup_suite.server.cluster import masters
 from scrapy_dedup_suite.server.failures import translate

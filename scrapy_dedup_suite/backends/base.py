@@ -112,9 +112,10 @@ class DedupBackend(StoredFilter):
         if answer > 0:
             return True
         if answer < 0:
-            if layout.again(answer):  # nothing was written: the general path sends more
+            if layout.again(answer):  # nothing was written: learnt, the general path sends more
+                layout.learn([answer], [fingerprint])
                 return self.check_and_add_many((fingerprint,), (expire,))[0]
-            layout.grown(answer)
+            layout.grown(answer, fingerprint)
         return False
 
     def check_and_add_many(
@@ -145,9 +146,9 @@ class DedupBackend(StoredFilter):
         if layout is None:
             return one_call(lambda: self.check_and_add_many(fingerprints, expires), fingerprints)
         answers, failed = calls.add_answers(self, fingerprints, expires)
-        for answer in answers:
+        for fingerprint, answer in zip(fingerprints, answers):
             if answer is not None and answer < 0:
-                layout.grown(answer)
+                layout.grown(answer, fingerprint)
         return [None if answer is None else answer > 0 for answer in answers], failed
 
     def contains(self, fingerprint: str) -> bool:

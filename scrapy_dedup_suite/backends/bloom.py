@@ -88,10 +88,10 @@ class BloomBlocks(Blocks):
     def again(self, answer: Any) -> bool:
         return self.shape.again(answer)
 
-    def learn(self, answers: Sequence[Any]) -> None:
+    def learn(self, answers: Sequence[Any], fingerprints: Sequence[str]) -> None:
         self.shape.learn(answers)
 
-    def grown(self, answer: int) -> None:
+    def grown(self, answer: int, fingerprint: str) -> None:
         self.shape.grown(answer, self.name)
 
     def again_error(self, name: str, key: str) -> Exception:

@@ -125,7 +125,7 @@ def contains(backend: Called, fingerprint: str) -> Any:
         answer = run(backend, layout.contains_script, keys, args)
         if not layout.again(answer):
             return answer
-        layout.learn([answer])
+        layout.learn([answer], [fingerprint])
     raise layout.again_error(backend.name, backend.key)
 
 
@@ -172,7 +172,7 @@ def add_answers(
                     again.append(i)
         if not again:
             return answers, failed
-        layout.learn([answers[i] for i in again])
+        layout.learn([answers[i] for i in again], [fingerprints[i] for i in again])
         for i in again:
             answers[i] = None  # asked again: nothing was written for it
         todo = sorted(again)

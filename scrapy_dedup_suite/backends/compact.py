@@ -32,64 +32,49 @@ import logging
 import math
 import os
 import random
-import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields, replace
 from typing import Any
 
-from redis.exceptions import ResponseError
 from scrapy.settings import BaseSettings
 
+from ..exceptions import DedupConfigError
 from ..server import scripts
-from ..server.cluster import is_cluster, masters, nodes_of
+from ..server.cluster import is_cluster, nodes_of
 from ..settings.options import CompactOptions
 from ..settings.table import check, default
 from . import admission
-from .base import LAYOUT_VERSION, DedupBackend
-from .capabilities import Capabilities
-from .clearing import delete_if_type
+from .base import DedupBackend
+from .compact_growing import CompactKind, GrowingCompactBackend, held_buckets, stored_capacity
 from .forget import remove
-from .keys import BATCH, as_str, chunks, keys_held, memory_usage, meta_key, read_hash, scan_keys
+from .keys import BATCH, as_str, chunks, keys_held, memory_usage, meta_key, scan_keys
 from .layout import BUCKET_BYTES, FIELD_BYTES, Buckets
-from .meta import MetaSpec
+from .listpack import BYTES_PER_FINGERPRINT, UNKNOWN_LISTPACK_ENTRIES, listpack_limits
+from .meta import stored_parameters
 from .reports import CompactBuckets, Contents, FilterInfo, Holding
 
 logger = logging.getLogger(__name__)
 
 #: The most buckets (what BUCKET_BYTES can choose from).
 MAX_BUCKETS = 2 ** (8 * BUCKET_BYTES)
-#: What is assumed when the server will not say (CONFIG refused): managed servers keep
-#: the default, but a lower assumption costs little (more, smaller buckets).
-UNKNOWN_LISTPACK_ENTRIES = 128
 #: Buckets sampled at open and by ``dedup-info`` to estimate the fill and the memory.
 SAMPLE = 256
-#: Redis memory a fingerprint takes in listpack buckets with an empty value, measured
-#: (``python -m bench.compact_layouts``: 12.3-13.3 B on Redis 7.0-8.2 and Valkey 8-9),
-#: for estimates made before any is written (a migration's plan).
-BYTES_PER_FINGERPRINT = 13.5
-
-
-def listpack_limits(server: Any) -> tuple[int, int] | None:
-    """The lowest ``hash-max-listpack-entries`` and ``-value`` over the masters
-    (``hash-max-ziplist-*`` on Redis 6), or None when CONFIG is refused."""
-    entries: list[int] = []
-    value: list[int] = []
-    try:
-        for client in masters(server):
-            found = {as_str(k): as_str(v) for k, v in client.config_get("hash-max-*").items()}
-            for kind, out in (("entries", entries), ("value", value)):
-                # hash-max-ziplist-* on Redis 6
-                said = found.get(f"hash-max-listpack-{kind}", found.get(f"hash-max-ziplist-{kind}"))
-                out.append(int(said or ""))
-    except (ResponseError, ValueError):  # CONFIG refused or renamed
-        return None
-    return (min(entries), min(value)) if entries else None
 
 
 def bucket_count(capacity: int, entries: int, shards: int) -> int:
     """Buckets so that ``capacity`` fingerprints average half of ``entries`` a bucket."""
     per_bucket = max(1, entries // 2)
     return int(max(shards, min(MAX_BUCKETS, math.ceil(capacity / per_bucket))))
+
+
+class Again(Iterable[list[str]]):
+    """What ``listed()`` yields, listed anew at each iteration."""
+
+    def __init__(self, listed: Callable[[], Iterator[list[str]]]) -> None:
+        self.listed = listed
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return self.listed()
 
 
 class EmptyFields(Buckets):
@@ -100,11 +85,8 @@ class EmptyFields(Buckets):
     contains_script = scripts.COMPACT_CONTAINS
 
 
-class CompactBackend(DedupBackend):
-    name = "compact"
-    default_key = "%(spider)s:dedup-compact"
-    capabilities = Capabilities(count=True, stable_answers=True, forget=True)
-    spread_setting = "DEDUP_HASH_SHARDS"
+class CompactBackend(CompactKind):
+    capabilities = CompactKind.CAPABILITIES
 
     def __init__(
         self,
@@ -119,6 +101,12 @@ class CompactBackend(DedupBackend):
         filter) the count ``capacity`` and the server's listpack limit give."""
         super().__init__(server, key)
         self.capacity = check("DEDUP_COMPACT_CAPACITY", capacity)
+        if self.capacity == 0:
+            raise DedupConfigError(
+                f"DEDUP_COMPACT_CAPACITY = 0 (buckets that split as the filter grows) is built "
+                f"for the compact backend alone so far; give the {self.name} filter a capacity: "
+                "set DEDUP_COMPACT_CAPACITY = 10000000 (or the crawl's size, from 1000)"
+            )
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
         self.layout: Buckets = self.make_layout()
@@ -132,8 +120,16 @@ class CompactBackend(DedupBackend):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
+        """DEDUP_COMPACT_CAPACITY 0: the growing layout for a new filter, and the sized
+        layout for a filter created with a capacity (its record, else its stamps, says
+        so: it keeps it). No Redis (a settings check): the settings are checked only."""
         options = CompactOptions.from_settings(settings)
-        return cls(server, key, capacity=options.capacity, shards=options.shards)
+        capacity = options.capacity
+        if capacity == 0 and cls is CompactBackend and server is not None:
+            capacity = stored_capacity(server, key, options.shards)
+        if capacity == 0 and cls is CompactBackend:
+            return GrowingCompactBackend(server, key, shards=options.shards)
+        return cls(server, key, capacity=capacity, shards=options.shards)
 
     def with_key(self, key: str) -> DedupBackend:
         return CompactBackend(self.server, key, capacity=self.capacity, shards=self.shards)
@@ -202,18 +198,7 @@ class CompactBackend(DedupBackend):
         """The bucket count of the stored filter (its record, else its stamps) when it
         was sized for this capacity; else the count this capacity and the server's
         listpack limit give (a new filter, or one the record refuses at open)."""
-        stored = []
-        if as_str(self.server.type(self.meta_key)) == "hash":
-            stored.append(read_hash(self.server, self.meta_key))
-        else:
-            pipe = self.server.pipeline(transaction=False)
-            for key in self.stamp_keys:
-                pipe.get(key)
-            stored += [
-                MetaSpec.parse_stamp(as_str(v))
-                for v in pipe.execute(raise_on_error=False)
-                if isinstance(v, (bytes, str))
-            ]
+        stored = stored_parameters(self.server, self.meta_key, self.stamp_keys)
         adopted = [
             int(said["buckets"])
             for said in stored
@@ -232,20 +217,8 @@ class CompactBackend(DedupBackend):
             self._stamp = None  # the stamp names the bucket count
         return buckets
 
-    def meta_spec(self) -> MetaSpec:
-        return MetaSpec(
-            self.meta_key,
-            {
-                "backend": self.name,
-                "layout": LAYOUT_VERSION,
-                "shards": str(self.shards),
-                "sized_for": str(self.capacity),
-                "buckets": str(self.buckets),
-                "field_bytes": str(FIELD_BYTES),
-                "created": str(int(time.time())),
-            },
-            ("layout", "shards", "sized_for", "buckets", "field_bytes"),
-        )
+    def shape(self) -> dict[str, str]:
+        return {"sized_for": str(self.capacity), "buckets": str(self.buckets)}
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -309,13 +282,9 @@ class CompactBackend(DedupBackend):
         then MEMORY USAGE of each that does (what exists, not what a capacity allows)."""
         buckets = fields_ = memory = 0
         for keys in self.bucket_keys():
-            pipe = self.server.pipeline(transaction=False)
-            for key in keys:
-                pipe.hlen(key)
-            lengths = [int(n) for n in pipe.execute()]
-            held = [key for key, n in zip(keys, lengths) if n]
+            held, count = held_buckets(self.server, keys)
             buckets += len(held)
-            fields_ += sum(lengths)
+            fields_ += count
             memory += memory_usage(self.server, held)
         return buckets, fields_, memory
 
@@ -344,17 +313,8 @@ class CompactBackend(DedupBackend):
                 return stamp
         return None
 
-    def clear(self) -> int:
-        """Every bucket's type is checked before anything is deleted; then the record and
-        the stamps go (as for every backend), then the buckets, a slot's BATCH at a time.
-        A worker that writes meanwhile leaves buckets the next open adopts, as it
-        would have written them after the clear."""
-        for keys in self.bucket_keys():
-            self.check_types(dict.fromkeys(keys, "hash"))
-        deleted = super().clear()
-        for keys in self.bucket_keys():
-            deleted += delete_if_type(self, keys, dict.fromkeys(keys, "hash"))
-        return deleted
+    def buckets_to_clear(self) -> Iterable[list[str]]:
+        return Again(self.bucket_keys)  # (too many, it may be, to keep: listed again)
 
     # -- reports ---------------------------------------------------------------------------
 

@@ -59,6 +59,18 @@ def bucket_prefix(group_key: str) -> str:
     return slot_sibling(group_key, ":")[:-1] + ":"
 
 
+#: The suffix of a growing group's level record (a string, ``lua/grow.lua``), and the
+#: start of its buckets' names after it.
+GROW = ":grow"
+
+
+def grow_keys(group_key: str) -> tuple[str, str]:
+    """A growing group's level record and the prefix of its buckets' keys (a bucket:
+    the prefix and its number), in the group's slot."""
+    record = slot_sibling(group_key, GROW)
+    return record, f"{record}:"
+
+
 #: The suffix of the key that probes whether a server expires hash fields.
 TTL_PROBE = ":ttl-probe"
 

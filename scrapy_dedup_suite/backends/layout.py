@@ -83,11 +83,13 @@ class Layout(ABC):
         """Whether an answer asks for the call to be made again (nothing was written)."""
         return False
 
-    def learn(self, answers: Sequence[Any]) -> None:  # noqa: B027 - optional hook
-        """Act on the answers :meth:`again` recognised, before calling again."""
+    def learn(self, answers: Sequence[Any], fingerprints: Sequence[str]) -> None:  # noqa: B027
+        """Act on the answers :meth:`again` recognised (of ``fingerprints``), before
+        calling again (an optional hook)."""
 
-    def grown(self, answer: int) -> None:  # noqa: B027 - optional hook
-        """A fingerprint was added and its answer was < 0 (a scalable filter grew)."""
+    def grown(self, answer: int, fingerprint: str) -> None:  # noqa: B027 - optional hook
+        """``fingerprint`` was added and its answer was < 0 (a scalable filter grew, a
+        growing layout's bucket split)."""
 
     def again_error(self, name: str, key: str) -> Exception:
         """What a call that asked for more than :attr:`retries` times raises."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from redis.exceptions import ResponseError
 
@@ -121,6 +121,21 @@ class MetaSpec:
     @staticmethod
     def parse_stamp(stamp: str) -> dict[str, str]:
         return dict(part.partition("=")[::2] for part in stamp.split(";"))
+
+
+def stored_parameters(server: Any, key: str, stamp_keys: Sequence[str]) -> list[dict[str, str]]:
+    """What the filter stored at ``key`` was written with: its record (``key``), else
+    each of its stamps found (none of them: nothing is stored)."""
+    if as_str(server.type(key)) == "hash":
+        return [read_hash(server, key)]
+    pipe = server.pipeline(transaction=False)
+    for stamp in stamp_keys:
+        pipe.get(stamp)
+    return [
+        MetaSpec.parse_stamp(as_str(v))
+        for v in pipe.execute(raise_on_error=False)
+        if isinstance(v, (bytes, str))
+    ]
 
 
 def refuse_orphans(orphans: Sequence[str], meta_key: str) -> None:

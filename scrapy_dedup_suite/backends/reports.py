@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Union
 
+from .growing_report import GrowingBuckets
+
 #: What a layer's report keeps of a scalable filter's layer report.
 LAYER_FIELDS = ("layer", "capacity", "items", "fill_ratio", "estimated_error_rate", "blocks_using")
 
@@ -375,7 +377,9 @@ class CompactBuckets:
 
 
 #: What ``DedupBackend.contents()`` returns: each says itself in lines.
-Contents = Union[Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindow, CompactBuckets]
+Contents = Union[
+    Fingerprints, HashFields, BloomSizing, ServerFilters, TimeWindow, CompactBuckets, GrowingBuckets
+]
 
 
 def as_json(value: Any) -> Any:

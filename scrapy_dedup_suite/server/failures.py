@@ -99,7 +99,7 @@ FAILURES = (RedisError, RedisClusterException, DedupBackendError)
 
 #: The codes the package's scripts fail with (see ``lua/prelude.lua``).
 SCRIPT_CODES = frozenset(
-    {"FINGERPRINT", "WRONGTYPE", "STAMP", "BITMAP", "LAYERS", "FIELD", "FULL", "REFUSED"}
+    {"FINGERPRINT", "WRONGTYPE", "STAMP", "BITMAP", "LAYERS", "SPLITS", "FIELD", "FULL", "REFUSED"}
 )
 
 #: The codes behind redis-py's classes, for a redis-py that does not keep them

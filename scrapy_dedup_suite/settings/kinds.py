@@ -35,6 +35,17 @@ class Whole:
 
 
 @dataclass(frozen=True)
+class WholeOrZero(Whole):
+    """0 (a meaning of its own), or a whole number from ``minimum`` to ``maximum``."""
+
+    def __call__(self, name: str, value: Any) -> int:
+        number = config.check_int(
+            name, value, minimum=0, maximum=self.maximum, allowed=self.allowed
+        )
+        return number if number == 0 else super().__call__(name, number)
+
+
+@dataclass(frozen=True)
 class Seconds:
     """A number in an interval (open or closed at each end)."""
 

@@ -30,6 +30,7 @@ from .kinds import (
     Setting,
     Text,
     Whole,
+    WholeOrZero,
 )
 from .metrics_rows import METRICS_SETTINGS
 from .server_rows import SERVER_SETTINGS
@@ -110,15 +111,17 @@ TABLE: tuple[Setting, ...] = (
     Setting(
         "DEDUP_COMPACT_CAPACITY",
         10_000_000,
-        Whole(
+        WholeOrZero(
             1_000,
             MAX_COMPACT_CAPACITY,
-            f"a whole number of fingerprints from 1,000 to {MAX_COMPACT_CAPACITY:,}",
+            "0 (no capacity: compact's buckets split as the filter grows), or a whole number "
+            f"of fingerprints from 1,000 to {MAX_COMPACT_CAPACITY:,}",
         ),
         "compact and hash: fingerprints a new filter is sized for, fixed when created; its "
         "buckets keep "
         "the server's compact encoding up to about this many (past it answers stay exact, "
-        "memory per fingerprint grows, and a WARNING says so)",
+        "memory per fingerprint grows, and a WARNING says so). 0: a compact filter with "
+        "nothing to size, whose buckets split as it grows (docs/backends.md)",
     ),
     Setting(
         "DEDUP_BLOOM_CAPACITY",

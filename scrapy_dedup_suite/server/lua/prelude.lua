@@ -9,9 +9,10 @@ local rcall, tonumber = redis.call, tonumber
 -- maps CODE to the package's exception (scrapy_dedup_suite/failures.py), never
 -- the message. Codes: FINGERPRINT (not a hex digest), WRONGTYPE (a key of another
 -- type), STAMP (data written with other parameters), BITMAP (a Bloom bitmap of
--- the wrong length), LAYERS (a scalable filter lost its layer record), FIELD (a
--- hash field that is not an expiry), FULL (a non-scaling filter cannot take the
--- call's fingerprints), REFUSED (the server's Bloom filter refused one).
+-- the wrong length), LAYERS (a scalable filter lost its layer record), SPLITS (a
+-- growing filter's level record is damaged or lost), FIELD (a hash field that is not
+-- an expiry, or not 8 bytes), FULL (a non-scaling filter cannot take the call's
+-- fingerprints), REFUSED (the server's Bloom filter refused one).
 -- A script checks what can fail before its first write, so a failed call wrote nothing.
 -- Redis >= 7 takes an error table (the reply is its text); Redis 6.2's error handler
 -- concatenates what is raised, so there the text is raised as a string (level 0: no

@@ -1,0 +1,164 @@
+"""Buckets that split as the filter grows (linear hashing): the layout of a ``compact``
+filter created without a capacity (DEDUP_COMPACT_CAPACITY = 0).
+
+As in the sized layout, a fingerprint's SHA1 chooses its group (its first
+BUCKET_BYTES, modulo the groups) and its field (the next FIELD_BYTES). Each group is
+a table of its own in its slot: its level record (``lua/grow.lua``: level L, split
+pointer s, fields written n) and its buckets 0 .. 2^L + s - 1. The field's last four
+bytes, h, choose its bucket: h mod 2^L, or h mod 2^(L+1) below s. A group starts as
+one bucket; once it averages more than ``load`` fields a bucket, the call that adds
+the field splits bucket s into s and s + 2^L. So a small filter is a few keys, a huge
+one buckets of a few hundred fields, always in the server's compact encoding, and
+nothing is sized in advance.
+
+The level and pointer are read by the script that checks and adds, so every worker
+sees every split at its next call. Each worker keeps what it last learnt of them
+(:attr:`Growing.known`) to name the keys a call may touch: per group, the two
+buckets a fingerprint may be in at the level it knows and the two of the next split.
+A call that needs other keys writes nothing for that group and answers the level and
+pointer (:meth:`Growing.learn`), and the group is sent again: at a level change, or
+when another worker split the bucket first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..exceptions import FilterMismatchError
+from ..server import scripts
+from ..server.answers import GREW, MORE
+from .keys import META, grow_keys, shard_key, slot_sibling
+from .layout import BUCKET_BYTES, FIELD_BYTES, Layout
+
+#: An answer's room for the split pointer (``grow_again`` in lua/grow.lua).
+POINTER_ROOM = 2**32
+#: Bits of h past a group's level that tell a call's groups apart (:meth:`Growing.place`).
+SPREAD_BITS = 3
+
+
+def h_of(field: bytes) -> int:
+    """What chooses a field's bucket: its last four bytes."""
+    return int.from_bytes(field[4:8], "big")
+
+
+def bucket_of(h: int, level: int, split: int) -> int:
+    """The bucket of ``h`` in a group at ``level`` with split pointer ``split``."""
+    bucket = h % (1 << level)
+    return h % (1 << (level + 1)) if bucket < split else bucket
+
+
+def parse_level(raw: bytes | str | None) -> tuple[int, int, int] | None:
+    """A level record's level, pointer and count (0, 0, 0 when missing); None when
+    it is not one (the script refuses such a group)."""
+    if raw is None:
+        return 0, 0, 0
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    parts = text.split(" ")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    level, split, count = (int(p) for p in parts)
+    return (level, split, count) if level <= 31 and split < (1 << level) else None
+
+
+def advanced(level: int, split: int, splits: int) -> tuple[int, int]:
+    """The level and pointer ``splits`` splits after ``level`` and ``split``."""
+    for _ in range(splits):
+        split += 1
+        if split == 1 << level:
+            level, split = level + 1, 0
+    return level, split
+
+
+class Growing(Layout):
+    """Where a growing filter's fingerprints live (see the module). A call's group is
+    a group and the bucket a fingerprint has at the level known: ``group + shards *
+    bucket``."""
+
+    add_script = scripts.GROW_COMPACT_ADD
+    contains_script = scripts.GROW_COMPACT_CONTAINS
+    #: Calls made again while other workers split first (each learns the state anew).
+    retries = 8
+
+    def __init__(self, key: str, shards: int, load: int) -> None:
+        groups = [shard_key(key, g) for g in range(shards)]
+        self.shards = shards
+        #: Fields a bucket averages before the group splits one (the record's).
+        self.load = load
+        self.stamp_keys = [slot_sibling(group, META) for group in groups]
+        grown = [grow_keys(group) for group in groups]
+        self.level_keys = [record for record, _ in grown]
+        self.prefixes = [prefix for _, prefix in grown]
+        #: Per group, the level and split pointer last learnt.
+        self.known: list[tuple[int, int]] = [(0, 0)] * shards
+
+    def locate(self, fingerprint: str) -> tuple[int, bytes]:
+        """The group of ``fingerprint`` and its field."""
+        digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
+        group = int.from_bytes(digest[:BUCKET_BYTES], "big") % self.shards
+        return group, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
+
+    def bucket_key(self, group: int, bucket: int) -> str:
+        return f"{self.prefixes[group]}{bucket}"
+
+    def header(self, context: Any, stamp: str) -> list[Any]:
+        return [stamp, self.load]
+
+    def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
+        """A call's group is finer than a bucket, by the next SPREAD_BITS of h: a call
+        of many fingerprints in few buckets (a filter still small) names as many
+        groups, each with a split to come, so it may split as often as it writes."""
+        group, field = self.locate(fingerprint)
+        low = h_of(field) % (1 << (self.known[group][0] + SPREAD_BITS))
+        return group + self.shards * low, [field]
+
+    def context(self, server: Any) -> dict[int, int]:
+        """Per group, how many of its groups one call has named so far: each is given
+        the split after the last one's, so that a call of many fingerprints can split a
+        group as many times."""
+        return {}
+
+    def keys(self, group: int, context: Any) -> list[str]:
+        number, finer = group % self.shards, group // self.shards
+        level, split = self.known[number]
+        high = 1 << level
+        low = finer % high
+        later = context.get(number, 0) if context is not None else 0
+        if context is not None:
+            context[number] = later + 1
+        at, then = advanced(level, split, later)
+        return [
+            self.stamp_keys[number],
+            self.level_keys[number],
+            *(self.bucket_key(number, b) for b in (low, low + high, then, then + (1 << at))),
+        ]
+
+    def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
+        group, field = self.locate(fingerprint)
+        high = 1 << self.known[group][0]
+        low = h_of(field) % high
+        buckets = [self.bucket_key(group, b) for b in (low, low + high)]
+        return [self.level_keys[group], *buckets], [field]
+
+    def again(self, answer: Any) -> bool:
+        return isinstance(answer, int) and answer < MORE
+
+    def learn(self, answers: Sequence[Any], fingerprints: Sequence[str]) -> None:
+        for answer, fingerprint in zip(answers, fingerprints):
+            level, split = divmod(MORE - 1 - answer, POINTER_ROOM)
+            self.known[self.locate(fingerprint)[0]] = (level, split)
+
+    def grown(self, answer: int, fingerprint: str) -> None:
+        """A call split the group of ``fingerprint`` once more, from the state this
+        worker knew (else it would have refused): it moves on by one."""
+        if answer == GREW:
+            group = self.locate(fingerprint)[0]
+            self.known[group] = advanced(*self.known[group], 1)
+
+    def again_error(self, name: str, key: str) -> Exception:
+        return FilterMismatchError(
+            f"The {name} filter at {key!r} split faster than this worker could follow "
+            f"({self.retries} calls in a row found it split again); this passes by itself "
+            "as the filter grows: the call is made again later"
+        )

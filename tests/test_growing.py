@@ -1,0 +1,253 @@
+"""compact with nothing to size (DEDUP_COMPACT_CAPACITY = 0): buckets that split as the
+filter grows. Its answers against an exact model while two workers split it, and its
+layout against a model of linear hashing; a worker that learns another's splits; a
+damaged or lost level record refused; the load from the server's listpack limit; the
+settings that choose it, and the sized filters it leaves as they are."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scrapy.settings import Settings
+
+from scrapy_dedup_suite.backends import CompactBackend, build_backend
+from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend, split_load
+from scrapy_dedup_suite.backends.growing import bucket_of, h_of, parse_level
+from scrapy_dedup_suite.backends.keys import as_str, scan_keys
+from scrapy_dedup_suite.backends.listpack import listpack_limits
+from scrapy_dedup_suite.exceptions import (
+    DedupBackendError,
+    DedupConfigError,
+    FilterMismatchError,
+)
+from scrapy_dedup_suite.server.cluster import masters
+from scrapy_dedup_suite.server.failures import translate
+
+ON_CLUSTER = True
+
+
+def fp(i: int) -> str:
+    return hashlib.sha1(b"growing %d" % i).hexdigest()
+
+
+def growing(server: Any, key: str = "t:dedup", **kw: Any) -> GrowingCompactBackend:
+    backend = GrowingCompactBackend(server, key, **{"shards": 2, **kw})
+    backend.open()
+    return backend
+
+
+def check_layout(server: Any, backend: GrowingCompactBackend, written: set[str]) -> None:
+    """The model of linear hashing: each group's buckets are 0 .. 2^L + s - 1 and no
+    other; each fingerprint written is in the bucket bucket_of(h, L, s) of its group,
+    and nowhere else; the record counts the fields written."""
+    layout = backend.layout
+    by_group: dict[int, dict[bytes, int]] = {}
+    for group, (record, prefix) in enumerate(zip(layout.level_keys, layout.prefixes)):
+        level, split, count = parse_level(server.get(record)) or (-1, -1, -1)
+        assert level >= 0, f"{record} is not a level record"
+        buckets = (1 << level) + split
+        fields: dict[bytes, int] = {}
+        for key in scan_keys(server, prefix):
+            number = int(key[len(prefix) :])
+            assert number < buckets, f"{key}: past the {buckets} buckets of {record}"
+            for field in server.hkeys(key):
+                assert field not in fields, f"{field!r} in two buckets"
+                fields[field] = number
+        assert count == len(fields)
+        by_group[group] = fields
+    assert sum(len(f) for f in by_group.values()) == len(written)
+    for fingerprint in written:
+        group, field = layout.locate(fingerprint)
+        level, split, _ = parse_level(server.get(layout.level_keys[group])) or (0, 0, 0)
+        assert by_group[group][field] == bucket_of(h_of(field), level, split)
+
+
+# Two workers, each with what it learnt of the splits, on a small universe (repeats).
+OPS = st.lists(
+    st.tuples(st.integers(0, 1), st.sampled_from(["add", "add_many", "contains_many"]),
+              st.lists(st.integers(0, 150), min_size=1, max_size=30)),
+    min_size=1, max_size=25,
+)  # fmt: skip
+
+
+@given(ops=OPS, load=st.integers(1, 4), shards=st.sampled_from([1, 2, 3]))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_two_workers_splitting_it_answer_as_an_exact_set_and_keep_the_layout(
+    server, ops, load, shards
+):
+    key = f"t:{uuid.uuid4().hex[:8]}"
+    workers = [growing(server, key, shards=shards, load=load) for _ in range(2)]
+    model: set[str] = set()
+    for worker, op, items in ops:
+        backend, fps = workers[worker], [fp(i) for i in items]
+        if op == "add":
+            for f in fps:
+                assert backend.check_and_add(f) == (f in model)
+                model.add(f)
+        elif op == "add_many":
+            expected, batch = [], set(model)
+            for f in fps:
+                expected.append(f in batch)
+                batch.add(f)
+            assert backend.check_and_add_many(fps) == expected
+            model = batch
+        else:
+            assert backend.contains_many(fps) == [f in model for f in fps]
+    check_layout(server, workers[0], model)
+    assert workers[1].count() == len(model)
+
+
+def test_a_worker_learns_the_splits_of_another_at_its_next_call(server):
+    """A worker that opened on an empty filter meets it split to level 5 by another:
+    its call writes nothing, learns the level, and is made again (two calls)."""
+    early = growing(server, shards=1, load=2)
+    busy = growing(server, shards=1, load=2)
+    for i in range(0, 200, 10):
+        busy.check_and_add_many([fp(j) for j in range(i, i + 10)])
+    ((level, _),) = [(g.level, g.split) for g in busy.levels()]
+    assert level >= 5 and early.layout.known == [(0, 0)]
+    before = sum(calls(server).values())
+    assert early.check_and_add(fp(5)) is True and early.check_and_add(fp(1000)) is False
+    assert sum(calls(server).values()) - before <= 3  # (one refused, then one a request)
+    assert early.layout.known[0][0] == level  # (and the pointer, moved on by its own split)
+    assert early.contains(fp(1000)) and not early.contains(fp(1001))
+
+
+def calls(server: Any) -> dict[str, int]:
+    stats: dict[str, int] = {}
+    for client in masters(server):
+        for name, row in client.info("commandstats").items():
+            if name in ("cmdstat_evalsha", "cmdstat_eval"):
+                stats[name] = stats.get(name, 0) + int(row["calls"])
+    return stats
+
+
+@pytest.mark.parametrize(
+    "damage", ["not a record", "3 9 10", "-1 0 0"], ids=["text", "split-past-level", "negative"]
+)
+def test_a_damaged_level_record_refuses_its_group_and_writes_nothing(server, damage):
+    backend = growing(server, shards=1, load=2)
+    backend.check_and_add_many([fp(i) for i in range(40)])
+    record = backend.layout.level_keys[0]
+    server.set(record, damage)
+    before = {k: server.dump(k) for k in scan_keys(server, "{t:dedup")}
+    for call in (lambda: backend.check_and_add(fp(999)), lambda: backend.contains(fp(999))):
+        with pytest.raises(redis.ResponseError) as raised:
+            call()
+        error = translate(raised.value, backend, fp(999))
+        assert isinstance(error, DedupBackendError)
+        assert record in str(error) and "level split count" in str(error)
+    with pytest.raises(DedupBackendError, match="SCHEDULER_FLUSH_ON_START = True"):
+        backend.count()
+    assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before
+    # What it advises: a clear (SCHEDULER_FLUSH_ON_START) deletes it, buckets and all.
+    assert backend.clear() == len(before) + 1  # (and the record, t:dedup:meta)
+    assert list(scan_keys(server, "{t:dedup")) == []
+    backend.open()
+    assert backend.check_and_add(fp(1)) is False
+
+
+def test_a_lost_level_record_beside_its_data_is_refused_not_started_again(server):
+    """A group that lost its record would put new fields in bucket 0 and never look in
+    the others: refused, naming the record, until it is restored."""
+    backend = growing(server, shards=1, load=2)
+    backend.check_and_add_many([fp(i) for i in range(40)])
+    record = backend.layout.level_keys[0]
+    kept = server.get(record)
+    server.delete(record)
+    with pytest.raises(redis.ResponseError, match="SPLITS") as raised:
+        backend.check_and_add(fp(999))
+    assert "is missing" in str(translate(raised.value, backend, fp(999)))
+    server.set(record, kept)
+    assert backend.check_and_add(fp(1)) is True and backend.check_and_add(fp(999)) is False
+
+
+@pytest.fixture
+def listpack_128(server: Any) -> Iterator[None]:
+    before = listpack_limits(server)
+    assert before is not None
+    for client in masters(server):
+        client.config_set("hash-max-listpack-entries", 128)
+    yield
+    for client in masters(server):
+        client.config_set("hash-max-listpack-entries", before[0])
+
+
+@pytest.mark.single_server
+@pytest.mark.parametrize("limit", [512, 128])
+def test_the_load_follows_the_server_s_limit_and_every_bucket_stays_compact(server, request, limit):
+    """A new filter's load, from the server's hash-max-listpack-entries (kept in its
+    record: another worker adopts it); filled far past it, no bucket leaves the compact
+    encoding."""
+    if limit == 128:
+        request.getfixturevalue("listpack_128")
+    backend = growing(server, shards=1)
+    assert backend.load == split_load(limit) and 0 < split_load(limit) < limit // 2
+    fps = [fp(i) for i in range(limit * 60)]
+    backend.add_many(fps)
+    census = backend.census()
+    assert census.hashtables == 0 and census.fields == len(fps)
+    assert census.buckets >= len(fps) // (2 * backend.load)  # (it split: not one bucket)
+    assert GrowingCompactBackend(server, "t:dedup", shards=1).load == backend.load
+
+
+def build(server: Any, **values: Any) -> Any:
+    return build_backend(Settings({"DEDUP_BACKEND": "compact", **values}), "t", server, "t:dedup")
+
+
+def test_capacity_0_chooses_it_and_a_filter_keeps_the_layout_it_was_created_with(server):
+    new = build(server, DEDUP_COMPACT_CAPACITY=0, DEDUP_HASH_SHARDS=4)
+    assert isinstance(new, GrowingCompactBackend)
+    sized = build(server, DEDUP_COMPACT_CAPACITY=5_000, DEDUP_HASH_SHARDS=4)
+    sized.open()
+    sized.add_many([fp(i) for i in range(100)])
+    kept = build(server, DEDUP_COMPACT_CAPACITY=0, DEDUP_HASH_SHARDS=4)  # (the record says)
+    assert isinstance(kept, CompactBackend) and kept.capacity == 5_000
+    kept.open()
+    assert kept.check_and_add(fp(1)) is True
+    server.delete("t:dedup:meta")  # (its stamps say so too)
+    assert build(server, DEDUP_COMPACT_CAPACITY=0, DEDUP_HASH_SHARDS=4).capacity == 5_000
+
+
+def test_a_growing_filter_opened_with_a_capacity_is_refused_with_advice_that_works(server):
+    growing(server, shards=4).add_many([fp(i) for i in range(10)])
+    sized = build(server, DEDUP_COMPACT_CAPACITY=5_000, DEDUP_HASH_SHARDS=4)
+    with pytest.raises(FilterMismatchError) as info:
+        sized.open()
+    assert "DEDUP_COMPACT_CAPACITY = 0" in str(info.value)
+    again = build(server, DEDUP_COMPACT_CAPACITY=0, DEDUP_HASH_SHARDS=4)
+    again.open()
+    assert again.check_and_add(fp(3)) is True
+
+
+@pytest.mark.single_server
+def test_a_capacity_below_1000_and_a_growing_hash_are_refused_naming_what_is_accepted(server):
+    with pytest.raises(DedupConfigError, match=r"must be 0 \(no capacity") as info:
+        build(server, DEDUP_COMPACT_CAPACITY=500)
+    assert "got 500" in str(info.value)
+    with pytest.raises(DedupConfigError, match="DEDUP_COMPACT_CAPACITY = 10000000") as info:
+        build(server, DEDUP_BACKEND="hash", DEDUP_COMPACT_CAPACITY=0)
+    assert build(server, DEDUP_BACKEND="hash", DEDUP_COMPACT_CAPACITY=10000000).capacity
+
+
+def test_dedup_info_shows_each_group_s_level_and_every_bucket_counted(server):
+    backend = growing(server, shards=2, load=4)
+    backend.add_many([fp(i) for i in range(300)])
+    info = backend.info()
+    levels = [(g.level, g.split, g.buckets) for g in backend.levels()]
+    assert info["levels"] == levels and info["fields"] == 300 == backend.count()
+    assert info["buckets"] == sum(n for _, _, n in levels)  # (every bucket holds some)
+    (said,) = backend.contents(info)
+    text = "\n".join(said.describe())
+    assert "300 fingerprints (counted)" in text and "no capacity" in text
+    assert f"{info['buckets']:,} buckets" in text
+    assert as_str(server.type(backend.layout.level_keys[0])) == "string"
