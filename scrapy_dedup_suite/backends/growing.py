@@ -64,10 +64,10 @@ def parse_level(raw: bytes | str | None) -> tuple[int, int, int] | None:
 
 def advanced(level: int, split: int, splits: int) -> tuple[int, int]:
     """The level and pointer ``splits`` splits after ``level`` and ``split``."""
-    for _ in range(splits):
-        split += 1
-        if split == 1 << level:
-            level, split = level + 1, 0
+    split += splits
+    while split >= 1 << level:
+        split -= 1 << level
+        level += 1
     return level, split
 
 
@@ -106,17 +106,18 @@ class Growing(Layout):
         return [stamp, self.load]
 
     def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        """A call's group is finer than a bucket, by the next SPREAD_BITS of h: a call
-        of many fingerprints in few buckets (a filter still small) names as many
-        groups, each with a split to come, so it may split as often as it writes."""
+        """A call's group: the bucket at the level known (finer, by SPREAD_BITS of h,
+        while a group has fewer than 2^SPREAD_BITS buckets, so that a call of many
+        fingerprints names as many groups, each with a split to come). Its arguments:
+        the field, and the level and pointer known (``level * 2^32 + split``)."""
         group, field = self.locate(fingerprint)
-        low = h_of(field) % (1 << (self.known[group][0] + SPREAD_BITS))
-        return group + self.shards * low, [field]
+        level, split = self.known[group]
+        low = h_of(field) % (1 << max(level, SPREAD_BITS))
+        return group + self.shards * low, [field, level * POINTER_ROOM + split]
 
     def context(self, server: Any) -> dict[int, int]:
-        """Per group, how many of its groups one call has named so far: each is given
-        the split after the last one's, so that a call of many fingerprints can split a
-        group as many times."""
+        """Per group, how many of its groups one call has named so far: the k-th is
+        given the k-th split to come (as ``grow_advanced`` in the script counts them)."""
         return {}
 
     def keys(self, group: int, context: Any) -> list[str]:
@@ -124,22 +125,26 @@ class Growing(Layout):
         level, split = self.known[number]
         high = 1 << level
         low = finer % high
-        later = context.get(number, 0) if context is not None else 0
+        rank = context.get(number, 0) if context is not None else 0
         if context is not None:
-            context[number] = later + 1
-        at, then = advanced(level, split, later)
+            context[number] = rank + 1
+        at, then = advanced(level, split, rank) if rank else (level, split)
+        prefix = self.prefixes[number]
         return [
             self.stamp_keys[number],
             self.level_keys[number],
-            *(self.bucket_key(number, b) for b in (low, low + high, then, then + (1 << at))),
+            f"{prefix}{low}",
+            f"{prefix}{low + high}",
+            f"{prefix}{then}",
+            f"{prefix}{then + (1 << at)}",
         ]
 
     def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
         group, field = self.locate(fingerprint)
-        high = 1 << self.known[group][0]
-        low = h_of(field) % high
-        buckets = [self.bucket_key(group, b) for b in (low, low + high)]
-        return [self.level_keys[group], *buckets], [field]
+        level = self.known[group][0]
+        low = h_of(field) % (1 << level)
+        buckets = [self.bucket_key(group, b) for b in (low, low + (1 << level))]
+        return [self.level_keys[group], *buckets], [field, level]
 
     def again(self, answer: Any) -> bool:
         return isinstance(answer, int) and answer < MORE

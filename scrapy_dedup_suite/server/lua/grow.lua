@@ -9,8 +9,8 @@
 -- one bucket, a few hundred fields at most, and writes both buckets anew (in the
 -- server's compact encoding). A missing record is a group that never split.
 -- Every bucket a call reads or writes is in its keys: the client sends, per group,
--- the two buckets a fingerprint may be in at the level it knows, and the two of the
--- next split as it knows it; a call that needs others writes nothing for the group
+-- the two buckets a fingerprint may be in at the level it knows, and the two of a
+-- split to come as it knows it; a call that needs others writes nothing for the group
 -- and answers grow_again, with the level and pointer, for the client to send again.
 
 local GROW_CAP = 4294967296 -- (2^32: the pointer's room in an answer)
@@ -22,9 +22,11 @@ local function grow_h(field)
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
--- The number at the end of a bucket's key.
-local function grow_number(key)
-  return tonumber(string.match(key, ':(%d+)$'))
+-- The level and pointer ``splits`` splits after level l and pointer s.
+local function grow_advanced(l, s, splits)
+  s = s + splits
+  while s >= 2 ^ l do s, l = s - 2 ^ l, l + 1 end
+  return l, s
 end
 
 -- The group's level record at key: {level, split, count}; refused when damaged, or

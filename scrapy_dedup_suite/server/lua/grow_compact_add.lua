@@ -2,10 +2,13 @@
 -- Check-and-record fingerprints in buckets that split as the filter grows (compact's
 -- growing layout, grow.lua), each one atomically; a field's value is empty.
 -- keys: per group of the call, six: the stamp of its slot (stamp.lua), the level
--- record, the two buckets its fingerprints may be in, and two of a split to come (the
--- client gives the groups of one slot consecutive splits: s, s + 1, ...).
+-- record, the two buckets its fingerprints may be in (h mod 2^l, and 2^l more, at the
+-- level l the client knows), and the two of a split to come: the k-th group of a slot
+-- in the call (from 0) is sent the k-th split after the level and pointer the client
+-- knows (grow_advanced), so that a call of many fingerprints may split as often.
 -- argv[1]: the stamp's value, argv[2]: the load (fields a bucket averages before a
--- split); then per fingerprint: its group (1-based) and its field (8 bytes).
+-- split); then per fingerprint: its group (1-based), its field (8 bytes), and the
+-- level and pointer the client knows of its slot's group (l * 2^32 + s).
 -- Answers per fingerprint, in order: 1 seen; 0 written (new); ANSWER_GREW written,
 -- and its slot's group split once more (a split per fingerprint written at most);
 -- below ANSWER_MORE nothing written for any fingerprint of its slot's group:
@@ -16,44 +19,63 @@ local function dedup_add(keys, argv)
   dedup_check_stamps(keys, 6, argv[1])
   local load = tonumber(argv[2])
   -- Each slot's group once, by its level record: its state, the splits the call was
-  -- sent (by the new bucket's number, the buckets there are before it: its keys),
-  -- whether it refuses, what it writes.
-  local groups, order, places = {}, {}, {}
-  for i = 3, #argv, 2 do
+  -- sent (by the new bucket's number: it names the split), whether it refuses, what it
+  -- writes. Each group of the call once: its slot's group and the level it was sent.
+  local groups, order, entries = {}, {}, {}
+  local n = (#argv - 2) / 3
+  local of, key_of = {}, {}
+  for j = 1, n do
+    local i = 3 * j
     local g = tonumber(argv[i]) * 6 - 5
     local h = grow_h(argv[i + 1])
     if not h then dedup_fail('FIELD', 'a field of ' .. #argv[i + 1] .. ' bytes, not 8') end
-    local record = keys[g + 1]
-    local group = groups[record]
-    if not group then
-      group = { st = grow_state(record, keys[g]), stamp = keys[g], splits = {}, written = {} }
-      groups[record] = group
-      order[#order + 1] = record
+    local entry = entries[g]
+    if not entry then
+      local record = keys[g + 1]
+      local group = groups[record]
+      if not group then
+        group = { st = grow_state(record, keys[g]), stamp = keys[g], splits = {}, written = {},
+          sent = 0 }
+        groups[record] = group
+        order[#order + 1] = record
+      end
+      local known = tonumber(argv[i + 2])
+      local l = math.floor(known / GROW_CAP)
+      local sl, ss = grow_advanced(l, known - l * GROW_CAP, group.sent)
+      group.sent = group.sent + 1
+      group.splits[ss + 2 ^ sl] = { keys[g + 4], keys[g + 5] }
+      entry = { group = group, level = l }
+      entries[g] = entry
     end
-    group.splits[grow_number(keys[g + 5])] = { keys[g + 4], keys[g + 5] }
-    local b, key = grow_bucket(h, group.st), nil
-    if b == grow_number(keys[g + 2]) then key = keys[g + 2]
-    elseif b == grow_number(keys[g + 3]) then key = keys[g + 3]
-    else group.refused = true end
-    places[#places + 1] = { i = i, group = group, key = key }
+    local group = entry.group
+    local st = group.st
+    of[j] = group
+    if entry.level ~= st[1] then
+      group.refused = true
+    elseif grow_bucket(h, st) < 2 ^ st[1] then
+      key_of[j] = keys[g + 2]
+    else
+      key_of[j] = keys[g + 3]
+    end
   end
   -- Every answer before any write (a bucket of another type refuses the whole call).
   local out, planned = {}, {}
-  for n, p in ipairs(places) do
-    if not p.group.refused then
-      out[n] = rcall('HEXISTS', p.key, argv[p.i + 1])
-      if out[n] == 0 then
-        out[n] = dedup_repeat(planned, p.key, argv[p.i + 1])
-        if out[n] == 0 then table.insert(p.group.written, n) end
+  for j = 1, n do
+    local group = of[j]
+    if not group.refused then
+      local field = argv[3 * j + 1]
+      local answer = rcall('HEXISTS', key_of[j], field)
+      if answer == 0 then
+        answer = dedup_repeat(planned, key_of[j], field)
+        if answer == 0 then group.written[#group.written + 1] = j end
       end
+      out[j] = answer
     end
   end
   -- The split that comes due first must have been sent its keys, else the group
   -- writes nothing either (the client learns how far it split).
   local function next_split(group)
-    local st = group.st
-    local sent = group.splits[st[2] + 2 ^ st[1]]
-    if sent and grow_number(sent[1]) == st[2] then return sent end
+    return group.splits[group.st[2] + 2 ^ group.st[1]]
   end
   for _, record in ipairs(order) do
     local group = groups[record]
@@ -63,12 +85,13 @@ local function dedup_add(keys, argv)
       group.refused = true
     end
   end
-  for n, p in ipairs(places) do
-    if p.group.refused then
-      out[n] = grow_again(p.group.st)
-    elseif out[n] == 0 then
-      dedup_stamp(p.group.stamp, argv[1])
-      rcall('HSETNX', p.key, argv[p.i + 1], '')
+  for j = 1, n do
+    local group = of[j]
+    if group.refused then
+      out[j] = grow_again(group.st)
+    elseif out[j] == 0 then
+      dedup_stamp(group.stamp, argv[1])
+      rcall('HSETNX', key_of[j], argv[3 * j + 1], '')
     end
   end
   local function read(key)
@@ -88,11 +111,11 @@ local function dedup_add(keys, argv)
     if not group.refused and #group.written > 0 then
       st[3] = st[3] + #group.written
       -- A split per fingerprint written at most, while due and sent.
-      for _, n in ipairs(group.written) do
+      for _, j in ipairs(group.written) do
         local sent = grow_due(st, st[3], load) and next_split(group)
         if not sent then break end
         grow_split(st, sent[1], sent[2], read, write)
-        out[n] = ANSWER_GREW
+        out[j] = ANSWER_GREW
       end
       grow_save(record, st)
     end

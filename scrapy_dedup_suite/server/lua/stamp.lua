@@ -20,11 +20,13 @@ end
 -- Refuse, before anything is written, a call whose groups of ``size`` keys of
 -- ``keys`` (each starting with its stamp) hold a stamp of other parameters. A call of one
 -- group (the per-request path) needs no such pass: dedup_stamp checks its stamp
--- before its first write.
+-- before its first write. Each stamp is read once (groups of one slot share it).
 local function dedup_check_stamps(keys, size, want)
   if #keys <= size then return end
+  local read = {}
   for g = 1, #keys, size do
-    local have = rcall('GET', keys[g])
+    local have = not read[keys[g]] and rcall('GET', keys[g])
+    read[keys[g]] = true
     if have and have ~= want then
       dedup_fail('STAMP', 'stamp ' .. keys[g] .. ' says the data beside it was written as ' .. have
         .. ', this filter is ' .. want)
