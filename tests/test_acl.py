@@ -108,6 +108,34 @@ def test_a_crawl_as_a_user_granted_its_line_does_what_it_does_as_the_default_use
     assert said <= {"info", "config|get", "role", "memory|usage", "object|encoding"}, said
 
 
+@pytest.mark.parametrize("scheduler", ["scrapy-redis", "frontier"])
+def test_a_growing_compact_filter_splits_its_buckets_as_a_user_granted_compact_s_line(
+    tmp_path, site, redis_settings, server, grant, scheduler
+):
+    """DEDUP_COMPACT_CAPACITY = 0, on a server whose listpacks hold 16 fields: the
+    filter, opened first by the default user (``crawler`` may not read CONFIG), has a
+    load of 2 a bucket; the crawl splits every group, as ``crawler`` granted the lines
+    of compact and its scheduler, with nothing refused but what is only read where
+    allowed."""
+    settings = settings_for(
+        redis_settings, "compact+growing", scheduler, SCHEDULER_PERSIST=True, **BATCHED
+    )
+    before = server.config_get("hash-max-listpack-entries")["hash-max-listpack-entries"]
+    server.config_set("hash-max-listpack-entries", 16)
+    try:
+        build_backend(Settings(settings), "site", server=server).open()
+        url = grant(scheduler, "compact")
+        stats = crawl(tmp_path, site, {**settings, "REDIS_URL": url}, "granted")["stats"]
+    finally:
+        server.config_set("hash-max-listpack-entries", before)
+    assert stats["downloader/response_count"] == site.pages
+    levels = [int(server.get(k).split()[0]) for k in server.scan_iter("*:grow")]
+    assert len(levels) == 4 and min(levels) >= 3  # (its groups split past 8 buckets each)
+    refused = [dict(_pairs(e)) for e in server.execute_command("ACL", "LOG")]
+    said = {e["object"] for e in refused if e["username"] == "crawler"}
+    assert said <= {"info", "config|get", "role", "memory|usage", "object|encoding"}, said
+
+
 def _pairs(entry):
     """An ACL LOG entry as (name, value) text pairs (RESP2 lists, RESP3 maps)."""
     items = entry.items() if isinstance(entry, dict) else zip(entry[::2], entry[1::2])

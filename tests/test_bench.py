@@ -61,6 +61,21 @@ def test_bench_smoke_run(tmp_path, redis_server):
     assert (tmp_path / "results.png").stat().st_size > 10_000
 
 
+def test_growing_bench_fills_a_filter_and_says_each_power_of_ten(redis_server):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.growing", "--fingerprints", "10000", "--batch", "500",
+         "--one-by-one", "300", "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stdout.splitlines() if " fingerprints: " in line]
+    assert [line.split(" fingerprints:")[0].strip() for line in said] == ["1,000", "10,000"]
+    assert all("0 hashtable(s)" in line for line in said)
+    assert "batches of 500: median" in proc.stdout and "over 300 calls" in proc.stdout
+    assert "SLOWLOG:" in proc.stdout and "levels and split pointers" in proc.stdout
+
+
 def test_request_seen_bench_runs(redis_server):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.request_seen", "--requests", "300", "--rounds", "1",
@@ -70,7 +85,7 @@ def test_request_seen_bench_runs(redis_server):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
-    ours = ["set", "hash", "compact", "bloom", "windowed-bloom"]
+    ours = ["set", "hash", "compact", "compact+growing", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
     assert "(1.00x)" in proc.stdout
 
@@ -139,7 +154,15 @@ def test_request_seen_bench_counts_python_calls(redis_server):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {line.split()[0]: float(line.split()[1]) for line in proc.stdout.splitlines()[1:]}
-    assert list(rows) == ["scrapy-redis", "set", "hash", "compact", "bloom", "windowed-bloom"]
+    assert list(rows) == [
+        "scrapy-redis",
+        "set",
+        "hash",
+        "compact",
+        "compact+growing",
+        "bloom",
+        "windowed-bloom",
+    ]
     assert all(100 < calls < 1000 for calls in rows.values()), rows
 
 

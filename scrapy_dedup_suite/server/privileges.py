@@ -69,7 +69,7 @@ FEATURES: tuple[Feature, ...] = (
         "`lpush rpop lpop llen`; RedisSpider's start URLs: `lpop spop llen scard`)",
     ),
     Feature("set", (*_FILTER, "sadd", "sismember", "smismember", "scard"), "`set` backend"),
-    Feature("compact", _HASH, "`compact` backend"),
+    Feature("compact", (*_HASH, "hkeys"), "`compact` backend (a growing one splits with `hkeys`)"),
     Feature("hash", (*_HASH, "hdel"), "`hash` backend (the janitor's expiry)"),
     Feature(
         "hash-field-expiry",
