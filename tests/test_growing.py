@@ -251,3 +251,38 @@ def test_dedup_info_shows_each_group_s_level_and_every_bucket_counted(server):
     assert "300 fingerprints (counted)" in text and "no capacity" in text
     assert f"{info['buckets']:,} buckets" in text
     assert as_str(server.type(backend.layout.level_keys[0])) == "string"
+
+
+def test_a_scrapy_redis_set_migrates_into_it_with_its_buckets_split_as_it_fills(server):
+    """migrate-set-to-bloom --to compact with DEDUP_COMPACT_CAPACITY = 0: no capacity to
+    check against, every member in, found, and the buckets split to hold them."""
+    from scrapy_dedup_suite.operations.migrations import SetMigration
+
+    fps = [fp(i) for i in range(5000)]
+    for start in range(0, len(fps), 1000):
+        server.sadd("{src}", *fps[start : start + 1000])
+    target = GrowingCompactBackend(server, "t:dedup", shards=2, load=8)
+    report = SetMigration(target, "{src}", batch=700).run()
+    assert report.migrated == 5000 and report.verified == 5000
+    assert all(target.contains_many(fps)) and target.count() == 5000
+    assert min(g.level for g in target.levels()) >= 8  # (5,000 over 2 groups of 8 a bucket)
+    assert target.census().hashtables == 0
+
+
+def test_a_bucket_of_another_type_where_a_split_goes_refuses_the_call_and_loses_nothing(
+    server,
+):
+    """The bucket a split would move fields into holds a list (another client's): the
+    call that would split is refused before it writes, the bucket it would have emptied
+    keeps every field, and the list is untouched."""
+    backend = growing(server, shards=1, load=2)
+    fps = [fp(i) for i in range(3)]
+    assert backend.check_and_add_many(fps[:2]) == [False, False]  # (2 fields: due at 3)
+    ((level, split),) = [(g.level, g.split) for g in backend.levels()]
+    target = backend.layout.bucket_key(0, split + (1 << level))
+    server.rpush(target, "foreign")
+    before = {k: server.dump(k) for k in scan_keys(server, "{t:dedup")}
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        backend.check_and_add(fps[2])
+    assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before
+    assert backend.contains_many(fps[:2]) == [True, True]

@@ -38,6 +38,9 @@ from .reports import Contents, FilterInfo, Holding
 
 logger = logging.getLogger(__name__)
 
+#: How many times forgetting is done again while levels change under it.
+FORGET_TRIES = 5
+
 
 def split_load(entries: int) -> int:
     """Fields a bucket averages before its group splits one, for a server that keeps
@@ -284,9 +287,11 @@ class GrowingCompactBackend(CompactKind):
 
     def forget_many(self, fingerprints: Iterable[str]) -> int:
         """HDEL from both buckets a fingerprint may be in at its group's level (a split
-        meanwhile moves fields between those two alone); again if a level changed."""
+        meanwhile moves fields between those two alone); again if a level changed, a
+        few times at most (what was removed stays removed; the count says how many)."""
         fingerprints = list(fingerprints)
-        while True:
+        removed = 0
+        for _ in range(FORGET_TRIES):
             before = self.levels()
             members = []
             for fingerprint in fingerprints:
@@ -294,9 +299,10 @@ class GrowingCompactBackend(CompactKind):
                 high = 1 << before[group].level
                 low = h_of(field) % high
                 members += [(self.layout.bucket_key(group, b), field) for b in (low, low + high)]
-            removed = remove(self.server, "HDEL", members)
+            removed += remove(self.server, "HDEL", members)
             if [g.level for g in self.levels()] == [g.level for g in before]:
-                return removed
+                break
+        return removed
 
     def count(self) -> int:
         return self.census().fields

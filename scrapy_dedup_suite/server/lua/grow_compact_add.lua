@@ -77,12 +77,23 @@ local function dedup_add(keys, argv)
   local function next_split(group)
     return group.splits[group.st[2] + 2 ^ group.st[1]]
   end
+  -- And the buckets it will split hold hashes: checked before the first write, so
+  -- that a key of another type refuses the call rather than lose what a split moves.
   for _, record in ipairs(order) do
     local group = groups[record]
     local st = group.st
     if not group.refused and #group.written > 0
       and grow_due(st, st[3] + #group.written, load) and not next_split(group) then
       group.refused = true
+    elseif not group.refused and #group.written > 0 then
+      local l, s, n = st[1], st[2], st[3] + #group.written
+      for _ = 1, #group.written do
+        local sent = n > load * (2 ^ l + s) and group.splits[s + 2 ^ l]
+        if not sent then break end
+        dedup_check_type(sent[1], 'hash', 'bucket')
+        dedup_check_type(sent[2], 'hash', 'bucket')
+        l, s = grow_advanced(l, s, 1)
+      end
     end
   end
   for j = 1, n do
