@@ -68,7 +68,7 @@ def test_the_server_keeps_no_comment_of_a_script_and_each_line_still_names_its_c
         assert len(kept) == len(full) and len(script.source) < len(script.text)
         assert not [line for line in kept if line.lstrip().startswith("--")]
         for n in range(1, len(full) + 1):
-            said = re.search(r"""rcall\(\s*['"](\w+)['"]""", full[n - 1])
+            said = re.search(r"""(?:rcall|redis\.call)\(\s*['"](\w+)['"]""", full[n - 1])
             assert script.command_at(n) == (said.group(1).upper() if said else None)
 
 
