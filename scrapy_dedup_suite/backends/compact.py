@@ -120,13 +120,17 @@ class CompactBackend(CompactKind):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
-        """DEDUP_COMPACT_CAPACITY 0: the growing layout for a new filter, and the sized
-        layout for a filter created with a capacity (its record, else its stamps, says
-        so: it keeps it). No Redis (a settings check): the settings are checked only."""
+        """DEDUP_COMPACT_CAPACITY 0: the growing layout for a new filter; a capacity: the
+        sized layout. A stored filter keeps its layout, as its record (else its stamps)
+        says: sized with its capacity when the setting is 0, growing whatever the
+        setting (converted, ``scrapy convert-to-growing``, under a running crawl). No
+        Redis (a settings check): the settings are checked only."""
         options = CompactOptions.from_settings(settings)
         capacity = options.capacity
-        if capacity == 0 and cls is CompactBackend and server is not None:
-            capacity = stored_capacity(server, key, options.shards)
+        if cls is CompactBackend and server is not None:
+            stored = stored_capacity(server, key, options.shards)
+            if stored == 0 or (stored is not None and capacity == 0):
+                capacity = stored
         if capacity == 0 and cls is CompactBackend:
             return GrowingCompactBackend(server, key, shards=options.shards)
         return cls(server, key, capacity=capacity, shards=options.shards)

@@ -28,7 +28,7 @@ from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
 from .forget import remove
-from .growing import Growing, h_of, parse_level
+from .growing import FieldNames, Growing, h_of, parse_level
 from .growing_report import GrowingBuckets
 from .keys import BATCH, as_str, chunks, memory_usage, meta_key, scan_keys
 from .layout import FIELD_BYTES
@@ -51,15 +51,15 @@ def split_load(entries: int) -> int:
     return max(1, int(root * root / 2))
 
 
-def stored_capacity(server: Any, key: str, shards: int) -> int:
+def stored_capacity(server: Any, key: str, shards: int) -> int | None:
     """The capacity the compact filter at ``key`` was sized for, by its record, else
-    by its stamps; 0 for a growing filter, or none."""
+    by its stamps; 0 for a growing filter; None when none is stored."""
     stamps = Growing(key, shards, 0).stamp_keys
     for said in stored_parameters(server, meta_key(key), stamps):
         sized = said.get("sized_for", "") if said.get("backend") == "compact" else ""
         if sized.isdigit():
             return int(sized)
-    return 0
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,9 @@ class GrowingCompactBackend(CompactKind):
 
     capabilities = CompactKind.CAPABILITIES
 
+    #: Where fingerprints live (a conversion's copy feeds fields: :class:`.growing.FieldNames`).
+    layout_class: type[Growing] = Growing
+
     def __init__(
         self,
         server: Any,
@@ -150,36 +153,67 @@ class GrowingCompactBackend(CompactKind):
         *,
         shards: int = default("DEDUP_HASH_SHARDS"),
         load: int | None = None,
+        grouped_by: int | None = None,
     ) -> None:
         """``load``: None for the stored filter's, or (a new filter) what the server's
-        listpack limit gives; a number to create it with that load (tests, benches)."""
+        listpack limit gives; a number to create it with that load (tests, benches).
+        ``grouped_by``: None for the stored filter's, or (a new filter) the groups; a
+        conversion gives the bucket count of the sized filter it converts."""
         super().__init__(server, key)
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)
         self.asked_load = load
-        self.layout: Growing = Growing(key, self.shards, load or 0)
+        self.asked_grouping = grouped_by
+        self.layout: Growing = self.layout_class(
+            key, self.shards, load or 0, grouped_by or 0, self.resolve_stored
+        )
         self.stamp_keys = self.layout.stamp_keys
         self.capacity = 0
+        self._resolved = False
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
         return cls(server, key, shards=CompactOptions.from_settings(settings).shards)
 
     def with_key(self, key: str) -> DedupBackend:
-        return GrowingCompactBackend(self.server, key, shards=self.shards, load=self.asked_load)
+        return GrowingCompactBackend(
+            self.server,
+            key,
+            shards=self.shards,
+            load=self.asked_load,
+            grouped_by=self.asked_grouping,
+        )
+
+    def fed_fields(self) -> GrowingFields:
+        """This filter fed fields named by :func:`.growing.field_name`, not fingerprints
+        (a conversion's copy)."""
+        return GrowingFields(
+            self.server, self.key, shards=self.shards, load=self.load, grouped_by=self.grouped_by
+        )
 
     # -- the layout --------------------------------------------------------------------
 
     @property
     def load(self) -> int:
-        return self.layout.load or self.resolve_load()
+        if not self._resolved:
+            self.resolve_stored()
+        return self.layout.load
 
-    def resolve_load(self) -> int:
-        """The stored filter's load (its record, else a stamp), else the one asked for,
-        else what the server's listpack limit gives a new filter."""
+    @property
+    def grouped_by(self) -> int:
+        """The modulus a fingerprint's group is chosen by before the groups' (see
+        :mod:`.growing`): the groups, or a converted filter's sized bucket count."""
+        if not self._resolved:
+            self.resolve_stored()
+        return self.layout.grouped_by
+
+    def resolve_stored(self) -> int:
+        """The stored filter's load and grouping (its record, else a stamp), else the
+        ones asked for, else (a new filter) what the server's listpack limit gives and
+        the groups. Returns the load."""
         stored = stored_parameters(self.server, self.meta_key, self.stamp_keys)
         adopted = [
-            int(said["load"])
+            said
             for said in stored
             if said.get("backend") == self.name
             and said.get("sized_for") == "0"
@@ -187,15 +221,20 @@ class GrowingCompactBackend(CompactKind):
             and int(said["load"]) > 0
         ]
         if adopted:
-            load = adopted[0]
-        elif self.asked_load:
-            load = self.asked_load
+            load = int(adopted[0]["load"])
+            grouping = adopted[0].get("grouped_by", "")
+            grouped_by = int(grouping) if grouping.isdigit() and int(grouping) > 0 else self.shards
         else:
-            limits = listpack_limits(self.server)
-            load = split_load(limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES)
-        if load != self.layout.load:
-            self.layout.load = load
-            self._stamp = None  # the stamp names the load
+            grouped_by = self.asked_grouping or self.shards
+            if self.asked_load:
+                load = self.asked_load
+            else:
+                limits = listpack_limits(self.server)
+                load = split_load(limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES)
+        if (load, grouped_by) != (self.layout.load, self.layout.grouped_by):
+            self.layout.load, self.layout.grouped_by = load, grouped_by
+            self._stamp = None  # the stamp names them
+        self._resolved = True
         return load
 
     def levels(self) -> list[GroupLevel]:
@@ -222,15 +261,15 @@ class GrowingCompactBackend(CompactKind):
         return out
 
     def shape(self) -> dict[str, str]:
-        return {"sized_for": "0", "load": str(self.load)}
+        return {"sized_for": "0", "load": str(self.load), "grouped_by": str(self.grouped_by)}
 
     def _open(self) -> None:
-        self.resolve_load()
+        self.resolve_stored()
         super()._open()
         self.layout.known = [(g.level, g.split) for g in self.levels()]
 
     def verify(self) -> bool:
-        self.resolve_load()
+        self.resolve_stored()
         return super().verify()
 
     # -- keys --------------------------------------------------------------------------
@@ -353,3 +392,10 @@ class GrowingCompactBackend(CompactKind):
         said = {f.name: info[f.name] for f in fields(GrowingBuckets)}
         said["levels"] = [tuple(level) for level in said["levels"]]
         return [GrowingBuckets(**said)]
+
+
+class GrowingFields(GrowingCompactBackend):
+    """A growing filter fed fields named by :func:`.growing.field_name` (see
+    :class:`.growing.FieldNames`): what a conversion copies from sized buckets."""
+
+    layout_class = FieldNames

@@ -2,7 +2,9 @@
 filter created without a capacity (DEDUP_COMPACT_CAPACITY = 0).
 
 As in the sized layout, a fingerprint's SHA1 chooses its group (its first
-BUCKET_BYTES, modulo the groups) and its field (the next FIELD_BYTES). Each group is
+BUCKET_BYTES d: d modulo the groups; in a filter converted from a sized one of B buckets,
+d modulo B modulo the groups, the group its sized bucket was in) and its field (the next
+FIELD_BYTES). Each group is
 a table of its own in its slot: its level record (``lua/grow.lua``: level L, split
 pointer s, fields written n) and its buckets 0 .. 2^L + s - 1. The field's last four
 bytes, h, choose its bucket: h mod 2^L, or h mod 2^(L+1) below s. A group starts as
@@ -23,7 +25,7 @@ when another worker split the bucket first.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..exceptions import FilterMismatchError
@@ -81,9 +83,21 @@ class Growing(Layout):
     #: Calls made again while other workers split first (each learns the state anew).
     retries = 8
 
-    def __init__(self, key: str, shards: int, load: int) -> None:
+    def __init__(
+        self,
+        key: str,
+        shards: int,
+        load: int,
+        grouped_by: int = 0,
+        resolve: Callable[[], object] | None = None,
+    ) -> None:
+        """``grouped_by``: the modulus a fingerprint's d is taken by before the groups',
+        the bucket count of the sized filter it was converted from, or the groups; 0:
+        found by ``resolve`` (the backend's: the stored filter's) at the first use."""
         groups = [shard_key(key, g) for g in range(shards)]
         self.shards = shards
+        self.grouped_by = grouped_by
+        self._resolve = resolve
         #: Fields a bucket averages before the group splits one (the record's).
         self.load = load
         self.stamp_keys = [slot_sibling(group, META) for group in groups]
@@ -96,8 +110,16 @@ class Growing(Layout):
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The group of ``fingerprint`` and its field."""
         digest = hashlib.sha1(fingerprint.encode("utf-8")).digest()
-        group = int.from_bytes(digest[:BUCKET_BYTES], "big") % self.shards
+        by = self.grouped_by or self.grouping()
+        group = int.from_bytes(digest[:BUCKET_BYTES], "big") % by % self.shards
         return group, digest[BUCKET_BYTES : BUCKET_BYTES + FIELD_BYTES]
+
+    def grouping(self) -> int:
+        """:attr:`grouped_by`, found (the stored filter's) at the first use."""
+        if not self.grouped_by and self._resolve is not None:
+            self._resolve()
+        self.grouped_by = self.grouped_by or self.shards
+        return self.grouped_by
 
     def bucket_key(self, group: int, bucket: int) -> str:
         return f"{self.prefixes[group]}{bucket}"
@@ -167,3 +189,18 @@ class Growing(Layout):
             f"({self.retries} calls in a row found it split again); this passes by itself "
             "as the filter grows: the call is made again later"
         )
+
+
+def field_name(group: int, field: bytes) -> str:
+    """What :class:`FieldNames` takes for ``field`` of ``group``: ``<group>:<hex>``."""
+    return f"{group}:{field.hex()}"
+
+
+class FieldNames(Growing):
+    """The layout of a growing filter fed fields, not fingerprints: each named by its
+    group and its bytes (:func:`field_name`), as a conversion copies them from the
+    sized buckets, where no fingerprint is kept."""
+
+    def locate(self, fingerprint: str) -> tuple[int, bytes]:
+        group, _, field = fingerprint.partition(":")
+        return int(group), bytes.fromhex(field)
