@@ -155,6 +155,25 @@ def setting_args(redis_settings: dict) -> list[str]:
     return [arg for name, value in redis_settings.items() for arg in ("-s", f"{name}={value}")]
 
 
+def run_command(
+    name: str, redis_settings: dict, *args: str, settings: dict | None = None
+) -> subprocess.CompletedProcess:
+    """``scrapy NAME`` in a subprocess outside any project, on the server under test,
+    with ``settings`` given as ``-s`` options before ``args``."""
+    given = [arg for key, value in (settings or {}).items() for arg in ("-s", f"{key}={value}")]
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", name, *setting_args(redis_settings), *given,
+         *args],
+        capture_output=True, text=True, timeout=120, cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def snapshot(server: Any) -> dict:
+    """Every key's DUMP: what a refusal must leave as it was."""
+    return {k: server.dump(k) for k in all_keys(server)}
+
+
 def connect(url: str, topology: str) -> Any:
     """A client as scrapy-redis builds it (bytes replies); a RedisCluster on the cluster."""
     if topology == "cluster":

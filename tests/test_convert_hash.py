@@ -5,9 +5,7 @@ interrupted conversion goes on where it stopped, and every refusal writes nothin
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -23,7 +21,8 @@ from scrapy_dedup_suite.operations.migrations.hash_layout import HashLayoutConve
 from scrapy_dedup_suite.server.failures import code_of
 from scrapy_dedup_suite.settings.options import HashOptions
 
-from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args, stored_expiry_ms
+from .helpers import crawl, fingerprints, snapshot, stored_expiry_ms
+from .helpers import run_command as command
 from .servers import poll_until
 
 ON_CLUSTER = True  # shards, stamps and buckets spread over the masters
@@ -197,17 +196,7 @@ def test_nothing_to_convert_in_a_bucket_filter(server):
 
 
 def run_command(redis_settings: dict, *args: str) -> subprocess.CompletedProcess:
-    settings = [arg for name, value in SETTINGS.items() for arg in ("-s", f"{name}={value}")]
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy.cmdline", "convert-hash-layout",
-         *setting_args(redis_settings), *settings, *args],
-        capture_output=True, text=True, timeout=120, cwd="/",
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-
-
-def snapshot(server: Any) -> dict:
-    return {k: server.dump(k) for k in all_keys(server)}
+    return command("convert-hash-layout", redis_settings, *args, settings=SETTINGS)
 
 
 @pytest.mark.subprocess

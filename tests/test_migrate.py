@@ -19,7 +19,8 @@ from scrapy_dedup_suite.operations.migrations import SetMigration, VerificationE
 from scrapy_dedup_suite.operations.migrations.writers import positions
 
 from .digest_backend import DigestSetBackend
-from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args
+from .helpers import ROOT, all_keys, crawl, fingerprints, setting_args, snapshot
+from .helpers import run_command as command
 
 ON_CLUSTER = True  # tests that use `server` also run on the three-master cluster
 
@@ -201,17 +202,8 @@ def test_kill_9_then_resume(redis_settings, server):
     assert "verified 200,000 source members (all): all found" in resumed.stdout
 
 
-def run_command(redis_settings, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy.cmdline", "migrate-set-to-bloom",
-         *setting_args(redis_settings), *args],
-        capture_output=True, text=True, timeout=120, cwd="/",
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-
-
-def snapshot(server) -> dict:
-    return {k: server.dump(k) for k in all_keys(server)}
+def run_command(redis_settings: dict, *args: str) -> subprocess.CompletedProcess:
+    return command("migrate-set-to-bloom", redis_settings, *args)
 
 
 @pytest.mark.subprocess

@@ -5,6 +5,7 @@ or key resolved as a crawl resolves it, and every refusal one line with its exit
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,9 +16,10 @@ from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 from scrapy.utils.misc import load_object
 
-from ..backends import DedupBackend, build_backend
+from ..backends import DedupBackend, build_backend, dupefilter_key
 from ..exceptions import DedupError
 from ..operations.migrations.errors import MigrationError
+from ..operations.migrations.migration_report import Progress
 from ..server.connection import (
     CONNECT_FAILURES,
     get_redis,
@@ -157,3 +159,85 @@ def spider_loader(settings: Settings) -> Any:
         cls = load_object(settings["SPIDER_LOADER_CLASS"])
         return cls.from_settings(settings.frozencopy())
     return get_spider_loader(settings)
+
+
+class ConversionCommand(DedupCommand):
+    """What both conversions of a filter in place share (``convert-hash-layout``,
+    ``convert-to-growing``): which filter, how (``--dry-run``, ``--batch``, ``--verify``,
+    ``--sample``, ``--delete-source``, ``--json``), and a run that prints the plan or the
+    report. A command says its backend and builds its conversion (:meth:`conversion`)."""
+
+    doing = "for the conversion"
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_LEVEL": "INFO"}
+    #: The backend whose filter it converts (its default key).
+    backend: ClassVar[str] = ""
+    #: What ``--delete-source`` deletes, as its help says it.
+    deletes: ClassVar[str] = ""
+    #: What ``--verify`` checks, as its help says it.
+    verifies: ClassVar[str] = ""
+    #: The options' group "How" (a command adds its own to it), and the options given.
+    how: argparse._ArgumentGroup
+    opts: argparse.Namespace
+
+    def syntax(self) -> str:
+        return "(--spider NAME | --key KEY) [options]"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        add_target_options(parser)
+        group = self.how = parser.add_argument_group(title="How")
+        group.add_argument(
+            "--dry-run", action="store_true", help="report what it would do; write nothing"
+        )
+        group.add_argument(
+            "--batch", type=int, default=1000, metavar="N", help="fields per HSCAN call"
+        )
+        group.add_argument(
+            "--verify",
+            choices=("sample", "all"),
+            default="sample",
+            help=f"check a random sample of {self.verifies} (default) or all of them",
+        )
+        group.add_argument("--sample", type=int, default=10_000, metavar="N", help="sample size")
+        group.add_argument(
+            "--delete-source",
+            action="store_true",
+            help=f"after verification passes, delete {self.deletes}",
+        )
+        group.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def conversion(self, server: Any, key: str, settings: Settings, **how: Any) -> Any:
+        """The conversion of the filter at ``key`` (``how``: batch, verify, sample,
+        progress), built from ``settings`` and the command's own options."""
+        raise NotImplementedError
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        self.no_arguments(args)
+        if not opts.spider and not opts.key:
+            raise UsageError("Say which filter: --spider NAME, or --key KEY")
+        self.at_least_one(opts, "batch", "sample")
+        self.opts = opts
+        settings = spider_settings(self.settings, opts.spider)
+        server = None
+        with self.refusals(settings, lambda: server):
+            key = opts.key or dupefilter_key(settings, self.backend, opts.spider)
+            server = get_redis(settings)
+            conversion = self.conversion(
+                server,
+                key,
+                settings,
+                batch=opts.batch,
+                verify=opts.verify,
+                sample=opts.sample,
+                progress=Progress(name=self.name),
+            )
+            if opts.dry_run:
+                plan = conversion.plan()
+                self._out(opts, {"dry_run": True, "plan": plan.__dict__}, plan.describe())
+                return
+            report = conversion.run(delete_source=opts.delete_source)
+            self._out(opts, report.as_dict(), report.summary())
+
+    def _out(self, opts: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+        print(json.dumps(data, default=str) if opts.json else text, flush=True)

@@ -33,20 +33,19 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ...backends.expiry import BUCKETS_LAYOUT, BY_SERVER, SHARDS_LAYOUT, build_hash, stored_layout
 from ...backends.hash import HashBackend
 from ...backends.hash_buckets import HashBucketsBackend
-from ...backends.keys import as_str, chunks, memory_usage, meta_key, migration_state_key, read_hash
-from ...exceptions import DedupError, WrongKeyTypeError
-from ...server import scripts
+from ...backends.keys import as_str, chunks, memory_usage
+from ...exceptions import WrongKeyTypeError
 from ...server.connection import server_time_ms
 from ...settings.options import HashOptions
 from .conversion_report import ConversionPlan, ConversionReport
-from .errors import MigrationError, SourceError, TargetError, VerificationError
+from .errors import SourceError, TargetError, VerificationError
+from .in_place import InPlaceConversion
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +55,11 @@ MODE = "convert-hash-layout"
 VERIFY_MARGIN_MS = 5000
 
 
-class HashLayoutConversion:
+class HashLayoutConversion(InPlaceConversion):
     """Convert the hash filter at ``key`` (built from ``options``) into buckets."""
+
+    mode = MODE
+    backend = "hash"
 
     def __init__(
         self,
@@ -65,44 +67,31 @@ class HashLayoutConversion:
         key: str,
         options: HashOptions,
         *,
-        batch: int = 1000,
-        verify: str = "sample",
-        sample: int = 10_000,
         force: bool = False,
-        progress: Callable[[int, int], None] | None = None,
+        **how: Any,
     ) -> None:
-        if verify not in ("sample", "all"):
-            raise MigrationError(f"verify must be 'sample' or 'all', got {verify!r}")
-        self.server = server
-        self.key = key
+        """``how``: see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
+        super().__init__(server, key, **how)
         self.options = options
-        self.batch = batch
-        self.verify_mode = verify
-        self.sample = sample
         self.force = force
-        self.progress = progress
-        self.state_key = migration_state_key(key)
         self.source: HashBackend | None = None
         self.target: HashBucketsBackend | None = None
-        #: Whether plan() found a conversion under way (its parameters in K:migration).
-        self._under_way = False
 
     # -- checks ----------------------------------------------------------------------------
 
     def plan(self) -> ConversionPlan:
         """Check everything and say what a run would do; writes nothing."""
-        state = read_hash(self.server, self.state_key)
-        self._under_way = state.get("mode") == MODE
+        state = self.read_state()
         if self._under_way:
             return self._resume_plan(state)
         o = self.options
         layout = stored_layout(self.server, self.key, o.shards)
         if layout is None:
-            raise SourceError(self._no_source())
+            raise SourceError(self.no_source())
         if layout == BUCKETS_LAYOUT:
             built = build_hash(self.server, self.key, o)
             assert isinstance(built, HashBucketsBackend)
-            self._verify(built)
+            self.check_opens(built)
             source = self._source(built.expiry is BY_SERVER)
             fields = self._fields_of(source)  # leftover shards are finished as a rerun
             return self._plan(source, built, "resume" if fields else "done", fields)
@@ -112,7 +101,7 @@ class HashLayoutConversion:
                 "version does not know; nothing was written. Upgrade scrapy-dedup-suite."
             )
         source = self._source(o.field_expiry)
-        self._verify(source)
+        self.check_opens(source)
         target = self._target(source.expiry is BY_SERVER)
         return self._plan(source, target, "start", self._fields_of(source))
 
@@ -140,42 +129,18 @@ class HashLayoutConversion:
         """A conversion under way: its target's parameters are the state's, and the
         settings must still say them (the crawl that follows uses the settings)."""
         o = self.options
-        stored = {
-            "DEDUP_HASH_SHARDS": (int(state["shards"]), o.shards),
-            "DEDUP_COMPACT_CAPACITY": (int(state["capacity"]), o.capacity),
-        }
-        for name, (was, now) in stored.items():
-            if was != now:
-                raise TargetError(
-                    f"The conversion of {self.key!r} under way was started with {name} = "
-                    f"{was}, and the settings say {now}; the crawl must use the filter's. "
-                    f"Set {name} = {was} (in the project's settings) and run it again."
-                )
+        self.same_settings(
+            {
+                "DEDUP_HASH_SHARDS": (int(state["shards"]), o.shards),
+                "DEDUP_COMPACT_CAPACITY": (int(state["capacity"]), o.capacity),
+            }
+        )
         way = state["expiry"] == BY_SERVER.name
         source = self._source(way)
         target = self._target(way, int(state["buckets"]))
         plan = self._plan(source, target, "resume", self._fields_of(source))
         plan.shard, plan.cursor = int(state.get("shard", 0)), int(state.get("cursor", 0))
         return plan
-
-    def _verify(self, backend: HashBackend | HashBucketsBackend) -> None:
-        try:
-            backend.verify()
-        except DedupError as exc:
-            raise TargetError(f"The filter at {self.key!r} refuses these settings: {exc}") from exc
-
-    def _no_source(self) -> str:
-        record = read_hash(self.server, meta_key(self.key))
-        if record.get("backend") not in (None, "hash"):
-            return (
-                f"{self.key!r} holds a {record['backend']} filter, not a hash filter; nothing "
-                "was written. Give the key of a hash filter (--key, or --spider with "
-                "DEDUP_BACKEND = 'hash')."
-            )
-        return (
-            f"No hash filter at {self.key!r}; nothing was written. Give the key a crawl with "
-            "DEDUP_BACKEND = 'hash' wrote (--key KEY, or --spider NAME)."
-        )
 
     def _fields_of(self, source: HashBackend) -> int:
         """The fields in the shards; refused (nothing written) where a shard is no hash."""
@@ -215,57 +180,27 @@ class HashLayoutConversion:
 
     # -- the run -------------------------------------------------------------------------
 
-    def run(self, *, delete_source: bool = False) -> ConversionReport:
-        started = time.monotonic()
-        plan = self.plan()
-        report = ConversionReport(plan, verify_mode=self.verify_mode)
-        if plan.state == "done":
-            self.server.unlink(self.state_key)
-            return report
+    def report(self, plan: ConversionPlan) -> ConversionReport:
+        return ConversionReport(plan, verify_mode=self.verify_mode)
+
+    def state(self, plan: ConversionPlan) -> dict[str, Any]:
+        assert self.source is not None and self.target is not None
+        return {
+            "shards": self.source.shards,
+            "capacity": self.target.capacity,
+            "buckets": self.target.buckets,
+            "expiry": self.source.expiry.name,
+            "shard": plan.shard,
+            "cursor": plan.cursor,
+        }
+
+    def convert(self, plan: ConversionPlan, report: ConversionReport) -> None:
         source, target = self.source, self.target
         assert source is not None and target is not None
-        if not self._under_way:  # (plan() read K:migration)
-            self.server.hset(
-                self.state_key,
-                mapping={
-                    "mode": MODE,
-                    "shards": source.shards,
-                    "capacity": target.capacity,
-                    "buckets": target.buckets,
-                    "expiry": source.expiry.name,
-                    "shard": plan.shard,
-                    "cursor": plan.cursor,
-                },
-            )
-        self._switch(source, target)
+        self.switch(source, target, "layout", SHARDS_LAYOUT, BUCKETS_LAYOUT)
         target.open()
         self._copy(plan, report)
         self._check(report)
-        self.server.unlink(self.state_key)
-        if delete_source:
-            self._delete_copied(report)
-        report.seconds = time.monotonic() - started
-        return report
-
-    def _switch(self, source: HashBackend, target: HashBucketsBackend) -> None:
-        """Every stamp, then the record, say the buckets (both idempotent)."""
-        assert source.stamp_keys == target.stamp_keys  # same keys, same slots
-        old, new = source.meta_spec(), target.meta_spec()
-        switched = sum(
-            int(scripts.STAMP_SWITCH(self.server, [key], [old.stamp, new.stamp]))
-            for key in target.stamp_keys
-        )
-        replaced = scripts.RECORD_SWITCH(
-            self.server, [new.key], [SHARDS_LAYOUT, BUCKETS_LAYOUT, *new.flat_fields]
-        )
-        if switched or replaced:
-            logger.info(
-                "convert-hash-layout: %r now opens as buckets (%d stamp(s) and %s record "
-                "rewritten)",
-                self.key,
-                switched,
-                "the" if replaced else "no",
-            )
 
     def _copy(self, plan: ConversionPlan, report: ConversionReport) -> None:
         target = self.target
@@ -352,7 +287,7 @@ class HashLayoutConversion:
                 "The shards were left as they are; run the conversion again."
             )
 
-    def _delete_copied(self, report: ConversionReport) -> None:
+    def delete_copied(self, report: ConversionReport) -> None:
         """HDEL every shard field the buckets hold, or that has expired; a field that
         holds no expiry stays."""
         source, target = self.source, self.target
