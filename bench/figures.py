@@ -81,6 +81,13 @@ def record_memory(
     save(data, path)
 
 
+def record_figure(name: str, value: str, measured: str, path: Path = PATH) -> None:
+    """Keep the single figure ``name`` (``13.4 B``) and the command that measured it."""
+    data = load(path)
+    data["figures"][name] = {"value": value, "measured": measured}
+    save(data, path)
+
+
 def _run(data: dict[str, Any], server: str, fingerprints: int) -> dict[str, Any]:
     for run in data["memory"]:
         if run["server"] == server and run["fingerprints"] == fingerprints:

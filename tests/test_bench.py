@@ -76,6 +76,19 @@ def test_growing_bench_fills_a_filter_and_says_each_power_of_ten(redis_server):
     assert "SLOWLOG:" in proc.stdout and "levels and split pointers" in proc.stdout
 
 
+def test_convert_growing_bench_converts_and_checks_every_fingerprint(redis_server):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.convert_growing", "--fingerprints", "300", "2000",
+         "--capacity", "100000", "--server", redis_server.binary],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["300", "2,000"]
+    assert all(float(row[2]) < float(row[1]) for row in rows)  # (less memory after)
+
+
 def test_request_seen_bench_runs(redis_server):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.request_seen", "--requests", "300", "--rounds", "1",

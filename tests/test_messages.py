@@ -434,6 +434,7 @@ def test_scrapy_redis_s_pickled_queue_is_taken_over_only_when_asked(tmp_path, re
         ("dedup-forget", ["--spider", "s", "http://example.com/"]),
         ("frontier-handback", ["--spider", "s"]),
         ("convert-hash-layout", ["--spider", "s"]),
+        ("convert-to-growing", ["--spider", "s"]),
     ],
 )
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ COMMANDS = [
     ["dedup-janitor", "--spider", "s", "--once"],
     ["frontier-handback", "--spider", "s", "--dry-run"],
     ["convert-hash-layout", "--spider", "s"],
+    ["convert-to-growing", "--spider", "s"],
 ]
 
 #: Per connection kind, the settings that give the password (for a server's port).

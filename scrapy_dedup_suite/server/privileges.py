@@ -73,7 +73,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("hash", (*_HASH, "hdel"), "`hash` backend (the janitor's expiry)"),
     Feature(
         "hash-field-expiry",
-        (*_HASH, "hdel", "hpexpire"),
+        (*_HASH, "hdel", "hpexpire", "hpexpiretime"),
         "`hash` backend with the server's field expiry (Redis >= 7.4, Valkey 9)",
     ),
     Feature("bloom", _BLOOM, "`bloom` backend, fixed or scalable"),
@@ -128,8 +128,9 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "conversion",
-        (*_REPORTS, "hscan", "hrandfield", "hdel", "hpexpiretime"),
-        "`scrapy convert-hash-layout`, with the `hash` line",
+        (*_REPORTS, "hscan", "hrandfield", "hdel", "hlen"),
+        "`scrapy convert-hash-layout` with the `hash` line (or `hash-field-expiry`'s), "
+        "`scrapy convert-to-growing` with the `compact` line",
     ),
 )
 

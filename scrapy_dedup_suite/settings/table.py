@@ -121,7 +121,8 @@ TABLE: tuple[Setting, ...] = (
         "buckets keep "
         "the server's compact encoding up to about this many (past it answers stay exact, "
         "memory per fingerprint grows, and a WARNING says so). 0: a compact filter with "
-        "nothing to size, whose buckets split as it grows (docs/backends.md)",
+        "nothing to size, whose buckets split as it grows (docs/backends.md). A stored "
+        "filter keeps its layout; `scrapy convert-to-growing` converts a sized one",
     ),
     Setting(
         "DEDUP_BLOOM_CAPACITY",

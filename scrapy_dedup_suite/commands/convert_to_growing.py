@@ -1,0 +1,40 @@
+"""``scrapy convert-to-growing``: a sized compact filter into buckets that split as it
+grows, in place (growing_layout.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy.settings import Settings
+
+from ..operations.migrations.growing_layout import GrowingConversion
+from ..settings.options import CompactOptions
+from . import ConversionCommand
+
+
+class Command(ConversionCommand):
+    name = "convert-to-growing"
+    backend = "compact"
+    verifies = "the sized buckets' fields"
+    deletes = "from the sized buckets every field the growing ones hold"
+
+    def short_desc(self) -> str:
+        return "Convert a compact filter sized for a capacity into buckets that split as it grows"
+
+    def long_desc(self) -> str:
+        return (
+            "A compact filter created with DEDUP_COMPACT_CAPACITY has as many buckets as that "
+            "capacity needs from the start: far below it, a key per fingerprint; past it, "
+            "buckets that leave the server's compact encoding. This converts one in place, "
+            "at the same key, into the layout DEDUP_COMPACT_CAPACITY = 0 creates: it switches "
+            "the filter's record and stamps (a worker running the sized layout opens it "
+            "again as growing and goes on), copies every fingerprint, verifies, and with "
+            "--delete-source removes what was copied. A worker that opens it before the copy "
+            "passed a fingerprint fetches its page once more. Interrupted, it goes on where "
+            "it stopped when run again. Exit codes: 0 done (or nothing to convert), 1 error, "
+            "2 usage, 3 no compact filter at the key, 4 refused (other settings), 5 "
+            "verification failed, 6 Redis unreachable."
+        )
+
+    def conversion(self, server: Any, key: str, settings: Settings, **how: Any) -> Any:
+        return GrowingConversion(server, key, CompactOptions.from_settings(settings), **how)
