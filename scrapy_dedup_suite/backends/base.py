@@ -101,10 +101,11 @@ class DedupBackend(StoredFilter):
         if layout is None:
             raise NotImplementedError(f"{type(self).__name__} has no layout")
         context = layout.context(self.server)
-        group, args = layout.place(fingerprint, expire)
-        keys = layout.keys(group, context)
+        placed = layout.place(fingerprint, expire)
+        group = placed[0]
         # (the attribute first: the property is a call more on every request)
-        args = [*layout.header(context, self._stamp or self.stamp), 1, *args]
+        header = layout.header(context, self._stamp or self.stamp)
+        keys, args = layout.pack([group], {group: layout.keys(group, context)}, [placed], header)
         if self.wait_replicas:
             answer = calls.run_and_wait(self, layout.add_script, keys, args)[0]
         else:

@@ -207,12 +207,9 @@ def plan(
         parts = [list(groups)]
     calls = []
     for part in parts:
-        number = {group: n for n, group in enumerate(part, 1)}
-        keys = [key for group in part for key in groups[group]]
-        indices = [i for i in todo if group_of[i] in number]
-        args = list(header)
-        for i in indices:
-            args += [number[group_of[i]], *placed[i][1]]
+        touched = set(part)
+        indices = [i for i in todo if group_of[i] in touched]
+        keys, args = layout.pack(part, groups, [placed[i] for i in indices], header)
         calls.append((keys, args, indices))
     return calls
 

@@ -15,17 +15,17 @@ nothing is sized in advance.
 
 The level and pointer are read by the script that checks and adds, so every worker
 sees every split at its next call. Each worker keeps what it last learnt of them
-(:attr:`Growing.known`) to name the keys a call may touch: per group, the two
-buckets a fingerprint may be in at the level it knows and the two of the next split.
-A call that needs other keys writes nothing for that group and answers the level and
-pointer (:meth:`Growing.learn`), and the group is sent again: at a level change, or
-when another worker split the bucket first.
+(:attr:`Growing.known`) to name the keys a call may touch: per group, the bucket each
+fingerprint is in as it knows them and the buckets of the next splits. A call that
+needs other keys writes nothing for that group and answers the level and pointer
+(:meth:`Growing.learn`), and the group is sent again: when another worker split first
+a bucket the call names, or one the call would have to split.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import FilterMismatchError
@@ -36,8 +36,6 @@ from .layout import BUCKET_BYTES, FIELD_BYTES, Layout
 
 #: An answer's room for the split pointer (``grow_again`` in lua/grow.lua).
 POINTER_ROOM = 2**32
-#: Bits of h past a group's level that tell a call's groups apart (:meth:`Growing.place`).
-SPREAD_BITS = 3
 
 
 def h_of(field: bytes) -> int:
@@ -106,6 +104,8 @@ class Growing(Layout):
         self.prefixes = [prefix for _, prefix in grown]
         #: Per group, the level and split pointer last learnt.
         self.known: list[tuple[int, int]] = [(0, 0)] * shards
+        #: Per group, the keys :meth:`section_keys` last named, and for what.
+        self._sections: dict[int, tuple[tuple[int, int, int], list[str]]] = {}
 
     def locate(self, fingerprint: str) -> tuple[int, bytes]:
         """The group of ``fingerprint`` and its field."""
@@ -128,38 +128,70 @@ class Growing(Layout):
         return [stamp, self.load]
 
     def place(self, fingerprint: str, expire: float | None) -> tuple[int, list[Any]]:
-        """A call's group: the bucket at the level known (finer, by SPREAD_BITS of h,
-        while a group has fewer than 2^SPREAD_BITS buckets, so that a call of many
-        fingerprints names as many groups, each with a split to come). Its arguments:
-        the field, and the level and pointer known (``level * 2^32 + split``)."""
+        """A call's group: the bucket the fingerprint is in at the level and pointer
+        known (``group + shards * bucket``); its argument: its field."""
         group, field = self.locate(fingerprint)
         level, split = self.known[group]
-        low = h_of(field) % (1 << max(level, SPREAD_BITS))
-        return group + self.shards * low, [field, level * POINTER_ROOM + split]
-
-    def context(self, server: Any) -> dict[int, int]:
-        """Per group, how many of its groups one call has named so far: the k-th is
-        given the k-th split to come (as ``grow_advanced`` in the script counts them)."""
-        return {}
+        h = int.from_bytes(field[4:], "big")  # (h_of and bucket_of, inline: every request)
+        bucket = h % (1 << level)
+        if bucket < split:
+            bucket = h % (2 << level)
+        return group + self.shards * bucket, [field]
 
     def keys(self, group: int, context: Any) -> list[str]:
-        number, finer = group % self.shards, group // self.shards
-        level, split = self.known[number]
-        high = 1 << level
-        low = finer % high
-        rank = context.get(number, 0) if context is not None else 0
-        if context is not None:
-            context[number] = rank + 1
-        at, then = advanced(level, split, rank) if rank else (level, split)
-        prefix = self.prefixes[number]
-        return [
-            self.stamp_keys[number],
-            self.level_keys[number],
-            f"{prefix}{low}",
-            f"{prefix}{low + high}",
-            f"{prefix}{then}",
-            f"{prefix}{then + (1 << at)}",
-        ]
+        return [self.bucket_key(group % self.shards, group // self.shards)]
+
+    def pack(
+        self,
+        groups: Sequence[int],
+        keys: Mapping[int, list[str]],
+        placed: Sequence[tuple[int, list[Any]]],
+        header: list[Any],
+    ) -> tuple[list[str], list[Any]]:
+        """One call as lua/grow_compact_add.lua takes it: per group of the filter the
+        call touches (a section), its stamp, its level record and the next ``pairs``
+        splits to come as known (each the bucket split and the new one), then the
+        buckets its fingerprints are in as known; in ARGV per section the index of its
+        first key, its ``pairs`` and the level and pointer known (``level * 2^32 +
+        split``); per fingerprint the index of its bucket's key and its field. A call
+        may split once per fingerprint it writes: ``pairs`` is one, and one more per
+        ``load`` fingerprints of the section."""
+        shards = self.shards
+        sections: dict[int, list[int]] = {}
+        for group in groups:
+            sections.setdefault(group % shards, []).append(group)
+        count = dict.fromkeys(sections, 0)
+        args: list[Any] = []
+        for group, (field,) in placed:
+            count[group % shards] += 1
+            args += [group, field]  # (the group's key index, below)
+        out: list[str] = []
+        table: list[Any] = [*header, len(sections)]
+        index: dict[int, int] = {}
+        for number, buckets in sections.items():
+            level, split = self.known[number]
+            pairs = 1 + count[number] // self.load
+            table += [len(out) + 1, pairs, level * POINTER_ROOM + split]
+            out += self.section_keys(number, level, split, pairs)
+            for group in buckets:
+                index[group] = len(out) + 1
+                out += keys[group]
+        args[0::2] = [index[group] for group in args[0::2]]
+        return out, table + args
+
+    def section_keys(self, number: int, level: int, split: int, pairs: int) -> list[str]:
+        """Group ``number``'s stamp, level record and the buckets of its next ``pairs``
+        splits after ``level`` and ``split`` (kept while they are the ones to come)."""
+        said = self._sections.get(number)
+        if said is None or said[0] != (level, split, pairs):
+            keys = [self.stamp_keys[number], self.level_keys[number]]
+            prefix = self.prefixes[number]
+            at, then = level, split
+            for _ in range(pairs):
+                keys += [f"{prefix}{then}", f"{prefix}{then + (1 << at)}"]
+                at, then = advanced(at, then, 1)
+            said = self._sections[number] = ((level, split, pairs), keys)
+        return said[1]
 
     def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
         group, field = self.locate(fingerprint)

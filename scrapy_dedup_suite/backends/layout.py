@@ -5,15 +5,17 @@ fingerprint's check-and-add touches, in groups (a block, a shard, a bucket: ever
 of a group in one cluster slot, its stamp first), and what the backend's scripts take
 and answer. :mod:`.calls` asks it, for one add call: :meth:`Layout.context` once,
 :meth:`Layout.header`, per fingerprint :meth:`Layout.place` (its group and its
-arguments), per group :meth:`Layout.keys`; per answer :meth:`Layout.again`, then
+arguments), per group :meth:`Layout.keys`, then :meth:`Layout.pack` for the call's keys
+and arguments; per answer :meth:`Layout.again`, then
 :meth:`Layout.learn` before calling again; after an add answered < 0,
 :meth:`Layout.grown`.
 
 The add script's KEYS are the groups' keys, in the order the call numbers the groups;
 its ARGV the header, then per fingerprint its group's number in the call (from 1) and
-its arguments. It answers one integer per fingerprint: > 0 "seen", 0 "new", < 0 "new"
-with news for :meth:`Layout.grown`, or what :meth:`Layout.again` recognises (nothing
-was written for it).
+its arguments (:meth:`Layout.pack`'s, which a layout may pack otherwise). It answers
+one integer per fingerprint: > 0 "seen", 0 "new", < 0 "new" with news for
+:meth:`Layout.grown`, or what :meth:`Layout.again` recognises (nothing was written for
+it).
 
 :class:`Blocks` is the layout of the Bloom filters, split into blocks with a stamp
 each; :class:`Buckets` the layout of ``compact`` and ``hash``: small hashes a
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.windows import LiveBuckets
@@ -78,6 +80,23 @@ class Layout(ABC):
     @abstractmethod
     def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
         """Keys and arguments of :attr:`contains_script` for one fingerprint."""
+
+    def pack(
+        self,
+        groups: Sequence[int],
+        keys: Mapping[int, list[str]],
+        placed: Sequence[tuple[int, list[Any]]],
+        header: list[Any],
+    ) -> tuple[list[str], list[Any]]:
+        """One add call's KEYS and ARGV, for the ``groups`` it touches (their ``keys``)
+        and its fingerprints (each ``placed``: its group and arguments, in the order of
+        the answers): each group's keys in turn; the header, then per fingerprint its
+        group's number in the call (from 1) and its arguments."""
+        number = {group: n for n, group in enumerate(groups, 1)}
+        args = list(header)
+        for group, more in placed:
+            args += [number[group], *more]
+        return [key for group in groups for key in keys[group]], args
 
     def again(self, answer: Any) -> bool:
         """Whether an answer asks for the call to be made again (nothing was written)."""
