@@ -147,9 +147,6 @@ class DedupBackend(StoredFilter):
         if layout is None:
             return one_call(lambda: self.check_and_add_many(fingerprints, expires), fingerprints)
         answers, failed = calls.add_answers(self, fingerprints, expires)
-        for fingerprint, answer in zip(fingerprints, answers):
-            if answer is not None and answer < 0:
-                layout.grown(answer, fingerprint)
         return [None if answer is None else answer > 0 for answer in answers], failed
 
     def contains(self, fingerprint: str) -> bool:

@@ -140,7 +140,8 @@ def add_answers(
     one call per slot): None for each fingerprint of a failed call, and the
     failed calls, each with its fingerprints' indices and its error. A call the
     server refused wrote nothing (every add script checks all it reads and writes
-    first); one whose connection broke may have run. ``extend``: see :data:`Extend`."""
+    first); one whose connection broke may have run. ``extend``: see :data:`Extend`.
+    The layout is told of each answer < 0 (:meth:`~.layout.Layout.grown`)."""
     layout = layout_of(backend)
     count = len(fingerprints)
     answers: list[int | None] = [None] * count
@@ -171,12 +172,16 @@ def add_answers(
                 if layout.again(answer):
                     again.append(i)
         if not again:
-            return answers, failed
+            break
         layout.learn([answers[i] for i in again], [fingerprints[i] for i in again])
         for i in again:
             answers[i] = None  # asked again: nothing was written for it
         todo = sorted(again)
-    failed.append(FailedCall(list(todo), layout.again_error(backend.name, backend.key)))
+    else:
+        failed.append(FailedCall(list(todo), layout.again_error(backend.name, backend.key)))
+    for fingerprint, answer in zip(fingerprints, answers):
+        if answer is not None and answer < 0:
+            layout.grown(answer, fingerprint)  # (a filter that grew: its layout follows)
     return answers, failed
 
 

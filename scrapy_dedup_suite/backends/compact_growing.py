@@ -28,7 +28,7 @@ from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
 from .forget import remove
-from .growing import FieldNames, Growing, h_of, parse_level
+from .growing import FieldNames, Growing, parse_level
 from .growing_report import GrowingBuckets
 from .keys import BATCH, as_str, chunks, memory_usage, meta_key, scan_keys
 from .layout import FIELD_BYTES
@@ -300,9 +300,7 @@ class GrowingCompactBackend(CompactKind):
         """Its stamp and the two buckets it may be in at the level last learnt (read
         nothing: the level record may be what failed)."""
         group, field = self.layout.locate(fingerprint)
-        high = 1 << self.layout.known[group][0]
-        low = h_of(field) % high
-        buckets = [self.layout.bucket_key(group, b) for b in (low, low + high)]
+        buckets = self.layout.candidates(group, field, self.layout.known[group][0])
         return {self.stamp_keys[group]: "string", **dict.fromkeys(buckets, "hash")}
 
     def stamp_of(self, data_key: str) -> str | None:
@@ -335,16 +333,16 @@ class GrowingCompactBackend(CompactKind):
             members = []
             for fingerprint in fingerprints:
                 group, field = self.layout.locate(fingerprint)
-                high = 1 << before[group].level
-                low = h_of(field) % high
-                members += [(self.layout.bucket_key(group, b), field) for b in (low, low + high)]
+                buckets = self.layout.candidates(group, field, before[group].level)
+                members += [(bucket, field) for bucket in buckets]
             removed += remove(self.server, "HDEL", members)
             if [g.level for g in self.levels()] == [g.level for g in before]:
                 break
         return removed
 
     def count(self) -> int:
-        return self.census().fields
+        """The fields of every bucket the level records say exists (HLEN alone)."""
+        return sum(held_buckets(self.server, keys)[1] for keys in self.bucket_keys())
 
     def census(self) -> GrowingBuckets:
         """Every bucket the level records say exists: HLEN, then MEMORY USAGE and

@@ -196,9 +196,14 @@ class Growing(Layout):
     def contains_call(self, fingerprint: str, context: Any) -> tuple[list[str], list[Any]]:
         group, field = self.locate(fingerprint)
         level = self.known[group][0]
+        return [self.level_keys[group], *self.candidates(group, field, level)], [field, level]
+
+    def candidates(self, group: int, field: bytes, level: int) -> list[str]:
+        """The two buckets ``field`` of ``group`` may be in at ``level``, whatever the
+        pointer: ``h mod 2^level`` and ``2^level`` more (a split moves fields between
+        those two alone)."""
         low = h_of(field) % (1 << level)
-        buckets = [self.bucket_key(group, b) for b in (low, low + (1 << level))]
-        return [self.level_keys[group], *buckets], [field, level]
+        return [self.bucket_key(group, low), self.bucket_key(group, low + (1 << level))]
 
     def again(self, answer: Any) -> bool:
         return isinstance(answer, int) and answer < MORE

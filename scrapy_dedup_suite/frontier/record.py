@@ -144,9 +144,6 @@ def record_and_enqueue(
     for call in failed:
         if call.rider is not None:  # its acknowledgements, for the next call
             acks.add(*call.rider)
-    for fingerprint, answer in zip(fingerprints, answers):
-        if answer is not None and answer < 0:
-            layout.grown(answer, fingerprint)
     return [None if answer is None else answer > 0 for answer in answers], failed
 
 
