@@ -151,6 +151,23 @@ def test_nothing_to_convert_in_a_filter_created_growing(server):
     assert "nothing to convert" in report.summary()
 
 
+def test_a_converted_filter_that_lost_a_level_record_is_refused_not_started_again(server):
+    """Sized buckets left (no --delete-source), then a group's level record lost: a
+    rerun does not create it anew at level 0 (which would hide what the group split);
+    the copy is refused naming the record, and nothing is written."""
+    sized(server)
+    GrowingConversion(server, KEY, options()).run()
+    growing = reopened(server)
+    growing.check_and_add_many(fingerprints(3000, "more"))  # (every group splits)
+    record = growing.layout.level_keys[1]
+    server.delete(record)
+    before = snapshot(server)
+    with pytest.raises(TargetError, match="dedup:SPLITS") as refused:
+        GrowingConversion(server, KEY, options()).run()
+    assert record in str(refused.value) and "run it again" in str(refused.value)
+    assert snapshot(server) == before
+
+
 # -- the command -------------------------------------------------------------------------
 
 

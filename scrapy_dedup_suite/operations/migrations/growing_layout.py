@@ -151,6 +151,8 @@ class GrowingConversion(InPlaceConversion):
         self.shards = options.shards
         self.source: CompactBackend | None = None
         self.target: GrowingCompactBackend | None = None
+        #: Whether plan() found it switched and done with (sized buckets left behind).
+        self._switched = False
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -174,6 +176,7 @@ class GrowingConversion(InPlaceConversion):
                 return self._plan(None, target, "done")
             plan = self._plan(self._source(0, target.grouped_by), target, "resume")
             plan.state = "resume" if plan.fields else "done"  # (sized buckets left: again)
+            self._switched = True  # (its level records are its own: a lost one stays lost)
             return plan
         source = self._source(stored, None)
         self.check_opens(source)
@@ -245,9 +248,10 @@ class GrowingConversion(InPlaceConversion):
         then the stamps and the record are switched; then the copy and the check."""
         source, target = self.source, self.target
         assert source is not None and target is not None
-        for record in target.layout.level_keys:
-            self.server.set(record, "0 0 0", nx=True)
-        self.switch(source, target, "sized_for", str(source.capacity), "0")
+        if not self._switched:
+            for record in target.layout.level_keys:
+                self.server.set(record, "0 0 0", nx=True)
+            self.switch(source, target, "sized_for", str(source.capacity), "0")
         target.open()
         self.fed = target.fed_fields()
         self.fed.open()

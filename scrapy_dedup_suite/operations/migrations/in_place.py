@@ -12,9 +12,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
+from redis.exceptions import ResponseError
+
 from ...backends.keys import meta_key, migration_state_key, read_hash
 from ...exceptions import DedupError
 from ...server import scripts
+from ...server.failures import script_failure
 from .errors import MigrationError, TargetError
 
 logger = logging.getLogger(__name__)
@@ -110,18 +113,29 @@ class InPlaceConversion(ABC):
     # -- the run -------------------------------------------------------------------------
 
     def run(self, *, delete_source: bool = False) -> Any:
-        """Check (:meth:`plan`); unless there is nothing to convert, keep the state
-        (:meth:`state`), :meth:`convert` (switch, copy, verify), forget the state, and
-        with ``delete_source`` :meth:`delete_copied`. Returns the report."""
+        """Check (:meth:`plan`); unless there is nothing to convert, keep the state of a
+        conversion started (:meth:`state`), :meth:`convert` (switch, copy, verify),
+        forget the state, and with ``delete_source`` :meth:`delete_copied`. Returns the
+        report."""
         started = time.monotonic()
         plan = self.plan()
         report = self.report(plan)
         if plan.state == "done":
             self.server.unlink(self.state_key)
             return report
-        if not self._under_way:  # (plan() read K:migration)
+        if plan.state == "start":  # (switched already: the record says the target)
             self.server.hset(self.state_key, mapping={"mode": self.mode, **self.state(plan)})
-        self.convert(plan, report)
+        try:
+            self.convert(plan, report)
+        except ResponseError as exc:
+            failure = script_failure(exc)
+            if failure is None:
+                raise
+            raise TargetError(
+                f"The {self.backend} filter at {self.key!r} refused the copy "
+                f"(dedup:{failure.code}): {failure.message}. The conversion stopped there; "
+                "run it again once that is done, it goes on where it stopped."
+            ) from exc
         self.server.unlink(self.state_key)
         if delete_source:
             self.delete_copied(report)
