@@ -38,7 +38,8 @@ class Command(ConversionCommand):
             "running on the old layout is refused from the switch on. Interrupted, it goes "
             "on where it stopped when run again. Exit codes: 0 done (or nothing to convert), "
             "1 error, 2 usage, 3 no hash filter of layout 1 at the key, 4 refused (other "
-            "settings, too small a capacity), 5 verification failed, 6 Redis unreachable."
+            "settings, too small a capacity, or the filter refused the copy), 5 verification "
+            "failed, 6 Redis unreachable."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

@@ -32,8 +32,8 @@ class Command(ConversionCommand):
             "--delete-source removes what was copied. A worker that opens it before the copy "
             "passed a fingerprint fetches its page once more. Interrupted, it goes on where "
             "it stopped when run again. Exit codes: 0 done (or nothing to convert), 1 error, "
-            "2 usage, 3 no compact filter at the key, 4 refused (other settings), 5 "
-            "verification failed, 6 Redis unreachable."
+            "2 usage, 3 no compact filter at the key, 4 refused (other settings, or the "
+            "filter refused the copy), 5 verification failed, 6 Redis unreachable."
         )
 
     def conversion(self, server: Any, key: str, settings: Settings, **how: Any) -> Any:
