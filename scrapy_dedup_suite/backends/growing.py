@@ -131,11 +131,7 @@ class Growing(Layout):
         """A call's group: the bucket the fingerprint is in at the level and pointer
         known (``group + shards * bucket``); its argument: its field."""
         group, field = self.locate(fingerprint)
-        level, split = self.known[group]
-        h = int.from_bytes(field[4:], "big")  # (h_of and bucket_of, inline: every request)
-        bucket = h % (1 << level)
-        if bucket < split:
-            bucket = h % (2 << level)
+        bucket = bucket_of(h_of(field), *self.known[group])
         return group + self.shards * bucket, [field]
 
     def keys(self, group: int, context: Any) -> list[str]:
