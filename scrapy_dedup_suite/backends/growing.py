@@ -95,7 +95,7 @@ class Growing(Layout):
         groups = [shard_key(key, g) for g in range(shards)]
         self.shards = shards
         self.grouped_by = grouped_by
-        self._resolve = resolve
+        self._find_grouping = resolve
         #: Fields a bucket averages before the group splits one (the record's).
         self.load = load
         self.stamp_keys = [slot_sibling(group, META) for group in groups]
@@ -116,8 +116,8 @@ class Growing(Layout):
 
     def grouping(self) -> int:
         """:attr:`grouped_by`, found (the stored filter's) at the first use."""
-        if not self.grouped_by and self._resolve is not None:
-            self._resolve()
+        if not self.grouped_by and self._find_grouping is not None:
+            self._find_grouping()
         self.grouped_by = self.grouped_by or self.shards
         return self.grouped_by
 
@@ -144,12 +144,13 @@ class Growing(Layout):
         placed: Sequence[tuple[int, list[Any]]],
         header: list[Any],
     ) -> tuple[list[str], list[Any]]:
-        """One call as lua/grow_compact_add.lua takes it: per group of the filter the
+        """One call as lua/grow_add.lua takes it: per group of the filter the
         call touches (a section), its stamp, its level record and the next ``pairs``
         splits to come as known (each the bucket split and the new one), then the
         buckets its fingerprints are in as known; in ARGV per section the index of its
         first key, its ``pairs`` and the level and pointer known (``level * 2^32 +
-        split``); per fingerprint the index of its bucket's key and its field. A call
+        split``); per fingerprint the index of its bucket's key and its arguments (its
+        field, then any the layout adds). A call
         may split once per fingerprint it writes: ``pairs`` is one, and one more per
         ``load`` fingerprints of the section."""
         shards = self.shards
@@ -157,10 +158,8 @@ class Growing(Layout):
         for group in groups:
             sections.setdefault(group % shards, []).append(group)
         count = dict.fromkeys(sections, 0)
-        args: list[Any] = []
-        for group, (field,) in placed:
+        for group, _ in placed:
             count[group % shards] += 1
-            args += [group, field]  # (the group's key index, below)
         out: list[str] = []
         table: list[Any] = [*header, len(sections)]
         index: dict[int, int] = {}
@@ -172,8 +171,9 @@ class Growing(Layout):
             for group in buckets:
                 index[group] = len(out) + 1
                 out += keys[group]
-        args[0::2] = [index[group] for group in args[0::2]]
-        return out, table + args
+        for group, more in placed:
+            table += [index[group], *more]
+        return out, table
 
     def section_keys(self, number: int, level: int, split: int, pairs: int) -> list[str]:
         """Group ``number``'s stamp, level record and the buckets of its next ``pairs``

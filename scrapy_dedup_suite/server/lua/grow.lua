@@ -4,8 +4,9 @@
 -- (big-endian), chooses its bucket. A group's level record (a string "L s n") says
 -- how far it split: at level L with split pointer s it has 2^L + s buckets, numbered
 -- from 0; bucket h mod 2^L, or h mod 2^(L+1) when that is below s. n counts the
--- fields written. Past n > load * buckets, bucket s splits: the fields whose bit L of
--- h is set move to bucket s + 2^L, and s moves on (at 2^L: L + 1, s 0). A split moves
+-- fields held: written, less those a split or the janitor's purge found expired (the
+-- hash backend's). Past n > load * buckets, bucket s splits: the fields whose bit L
+-- of h is set move to bucket s + 2^L, and s moves on (at 2^L: L + 1, s 0). A split moves
 -- one bucket, a few hundred fields at most, and writes both buckets anew (in the
 -- server's compact encoding). A missing record is a group that never split.
 -- Every bucket a call reads or writes is in its keys: the client sends, per group,
@@ -71,10 +72,11 @@ local function grow_due(st, n, load)
 end
 
 -- Split bucket st[2] (key old) into it and new (its number + 2^L), both written anew;
--- ``read(key)`` gives a bucket's fields as the pairs to write back (field, value...),
--- ``write(key, pairs)`` writes them. Advances st.
+-- ``read(key)`` gives the fields a split keeps as the pairs to write back (field,
+-- value...) and how many it leaves out (expired: no longer counted), ``write(key,
+-- pairs)`` writes them. Advances st.
 local function grow_split(st, old, new, read, write)
-  local pairs_ = read(old)
+  local pairs_, dropped = read(old)
   local stay, move = {}, {}
   local high = 2 ^ st[1]
   for i = 1, #pairs_, 2 do
@@ -88,6 +90,7 @@ local function grow_split(st, old, new, read, write)
   if #move > 0 then write(new, move) end
   st[2] = st[2] + 1
   if st[2] >= high then st[1], st[2] = st[1] + 1, 0 end
+  st[3] = math.max(0, st[3] - dropped)
 end
 
 local function grow_save(key, st)

@@ -1,144 +1,23 @@
--- include: prelude, stamp, grow
--- Check-and-record fingerprints in buckets that split as the filter grows (compact's
--- growing layout, grow.lua), each one atomically; a field's value is empty.
--- keys: per group of buckets the call touches (a section, one slot): its stamp
--- (stamp.lua), its level record, the buckets of the next `pairs` splits as the client
--- knows its level and pointer (each: the bucket split, then the new one, 2^l above),
--- then the buckets its fingerprints are in as the client knows them.
--- argv[1]: the stamp's value, argv[2]: the load (fields a bucket averages before a
--- split), argv[3]: the sections; per section: the index of its first key, its
--- `pairs`, and the level and pointer the client knows (l * 2^32 + s); then per
--- fingerprint: the index of its bucket's key and its field (8 bytes).
--- Answers per fingerprint, in order: 1 seen; 0 written (new); ANSWER_GREW written,
--- and its section split once more (a split per fingerprint written at most); below
--- ANSWER_MORE nothing written for any fingerprint of its section (it split otherwise
--- than the client knew, where the call names a bucket or must split one):
--- grow_again's level and pointer, and the client sends them again. A fingerprint
--- repeated in one call is new once, then seen.
+-- include: prelude, stamp, grow, grow_add
+-- Check-and-record fingerprints in compact's growing layout (grow.lua, grow_add.lua),
+-- each one atomically; a field's value is empty.
+-- argv: as grow_add's, with nothing of the kind's: argv[1] the stamp's value, argv[2]
+-- the load, argv[3] the sections...; per fingerprint: its bucket's key index and its
+-- field.
 -- The add step (scripts.AddStep): alone, or in the frontier's record-and-enqueue.
+local EMPTY = {
+  answer = function(key, field)
+    local seen = rcall('HEXISTS', key, field)
+    return seen, seen == 1
+  end,
+  write = function(key, field)
+    rcall('HSETNX', key, field, '')
+  end,
+  read = function(key)
+    return rcall('HGETALL', key), 0
+  end,
+}
+
 local function dedup_add(keys, argv)
-  local want, load, count = argv[1], tonumber(argv[2]), tonumber(argv[3])
-  local sections, section_of = {}, {}
-  for i = 1, count do
-    local a = 4 + 3 * (i - 1)
-    local known = tonumber(argv[a + 2])
-    local l = math.floor(known / GROW_CAP)
-    sections[i] = { first = tonumber(argv[a]), pairs = tonumber(argv[a + 1]),
-      known = { l, known - l * GROW_CAP }, written = {} }
-  end
-  -- Each section's stamp and state, before anything is written; its splits sent (by the
-  -- new bucket's number: it names the split); the keys of its buckets.
-  for i = 1, count do
-    local sec = sections[i]
-    local stamp, record = keys[sec.first], keys[sec.first + 1]
-    local have = rcall('GET', stamp)
-    if have and have ~= want then
-      dedup_fail('STAMP', 'stamp ' .. stamp .. ' says the data beside it was written as ' .. have
-        .. ', this filter is ' .. want)
-    end
-    sec.stamp, sec.record = stamp, record
-    sec.st = grow_state(record, stamp)
-    sec.refused = sec.st[1] ~= sec.known[1]
-    sec.high = 2 ^ sec.st[1]
-    sec.splits = {}
-    local l, s = sec.known[1], sec.known[2]
-    for p = 0, sec.pairs - 1 do
-      local k = sec.first + 2 + 2 * p
-      sec.splits[s + 2 ^ l] = { keys[k], keys[k + 1] }
-      l, s = grow_advanced(l, s, 1)
-    end
-    local last = i < count and sections[i + 1].first - 1 or #keys
-    for k = sec.first + 2 + 2 * sec.pairs, last do section_of[k] = sec end
-  end
-  -- Each fingerprint's section and bucket: refused where the bucket it is in now is not
-  -- the one the client named.
-  local base = 3 + 3 * count
-  local n = (#argv - base) / 2
-  local of, key_of = {}, {}
-  for j = 1, n do
-    local k, field = tonumber(argv[base + 2 * j - 1]), argv[base + 2 * j]
-    local h = grow_h(field)
-    if not h then dedup_fail('FIELD', 'a field of ' .. #field .. ' bytes, not 8') end
-    local sec = section_of[k]
-    of[j], key_of[j] = sec, keys[k]
-    if not sec.refused then
-      -- (the same level: the bucket differs where h mod 2^l lies between the pointers)
-      local low = h % sec.high
-      if (low < sec.st[2]) ~= (low < sec.known[2]) then sec.refused = true end
-    end
-  end
-  -- Every answer before any write (a bucket of another type refuses the whole call).
-  local out, planned = {}, {}
-  for j = 1, n do
-    local sec = of[j]
-    if not sec.refused then
-      local field = argv[base + 2 * j]
-      local answer = rcall('HEXISTS', key_of[j], field)
-      if answer == 0 then
-        answer = dedup_repeat(planned, key_of[j], field)
-        if answer == 0 then sec.written[#sec.written + 1] = j end
-      end
-      out[j] = answer
-    end
-  end
-  -- The split that comes due first must have been sent its keys, else the section
-  -- writes nothing either (the client learns how far it split); and the buckets it will
-  -- split hold hashes: checked before the first write, so that a key of another type
-  -- refuses the call rather than lose what a split moves.
-  local function next_split(sec)
-    return sec.splits[sec.st[2] + 2 ^ sec.st[1]]
-  end
-  for i = 1, count do
-    local sec = sections[i]
-    local st = sec.st
-    if not sec.refused and #sec.written > 0
-      and grow_due(st, st[3] + #sec.written, load) and not next_split(sec) then
-      sec.refused = true
-    elseif not sec.refused and #sec.written > 0 then
-      local l, s, total = st[1], st[2], st[3] + #sec.written
-      for _ = 1, #sec.written do
-        local sent = total > load * (2 ^ l + s) and sec.splits[s + 2 ^ l]
-        if not sent then break end
-        dedup_check_type(sent[1], 'hash', 'bucket')
-        dedup_check_type(sent[2], 'hash', 'bucket')
-        l, s = grow_advanced(l, s, 1)
-      end
-    end
-  end
-  for j = 1, n do
-    local sec = of[j]
-    if sec.refused then
-      out[j] = grow_again(sec.st)
-    elseif out[j] == 0 then
-      dedup_stamp(sec.stamp, want)
-      rcall('HSETNX', key_of[j], argv[base + 2 * j], '')
-    end
-  end
-  local function read(key)
-    local pairs_ = {}
-    for _, f in ipairs(rcall('HKEYS', key)) do
-      pairs_[#pairs_ + 1] = f
-      pairs_[#pairs_ + 1] = ''
-    end
-    return pairs_
-  end
-  local function write(key, pairs_)
-    for i = 1, #pairs_, 1000 do rcall('HSET', key, unpack(pairs_, i, math.min(i + 999, #pairs_))) end
-  end
-  for i = 1, count do
-    local sec = sections[i]
-    local st = sec.st
-    if not sec.refused and #sec.written > 0 then
-      st[3] = st[3] + #sec.written
-      -- A split per fingerprint written at most, while due and sent.
-      for _, j in ipairs(sec.written) do
-        local sent = grow_due(st, st[3], load) and next_split(sec)
-        if not sent then break end
-        grow_split(st, sent[1], sent[2], read, write)
-        out[j] = ANSWER_GREW
-      end
-      grow_save(sec.record, st)
-    end
-  end
-  return out
+  return grow_add(keys, argv, 2, 2, EMPTY)
 end
