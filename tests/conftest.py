@@ -27,6 +27,7 @@ from scrapy_dedup_suite.backends import (
 )
 from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.backends.hash_growing import GrowingHashBackend
 from scrapy_dedup_suite.core.bloom_math import BloomParams, Scaling
 from scrapy_dedup_suite.core.native_math import NativeParams
 from scrapy_dedup_suite.core.windows import WindowSpec
@@ -260,6 +261,10 @@ BACKENDS: dict[str, BackendFactory] = {
     # thousand fingerprints split every group to several levels.
     "compact+growing": lambda server, key="t:dedup", **kw: GrowingCompactBackend(
         server, key, shards=4, load=kw.get("load", 8)
+    ),
+    # hash's buckets that split, each field's value its expiry.
+    "hash+growing": lambda server, key="t:dedup", **kw: GrowingHashBackend(
+        server, key, shards=4, **{"load": 8, **kw}
     ),
     "bloom": lambda server, key="t:dedup", **kw: BloomBackend(server, key, kw.get("params", SMALL)),
     "windowed-bloom": lambda server, key="t:dedup", **kw: WindowedBloomBackend(

@@ -29,6 +29,7 @@ SETTINGS_ROWS: dict[str, dict[str, Any]] = {
     "hash": {"DEDUP_BACKEND": "hash", "DEDUP_COMPACT_CAPACITY": 5_000},
     "compact": {"DEDUP_BACKEND": "compact", "DEDUP_COMPACT_CAPACITY": 5_000},
     "compact+growing": {"DEDUP_BACKEND": "compact", "DEDUP_COMPACT_CAPACITY": 0},
+    "hash+growing": {"DEDUP_BACKEND": "hash", "DEDUP_COMPACT_CAPACITY": 0},
     "bloom": {"DEDUP_BACKEND": "bloom"},
     "windowed-bloom": {"DEDUP_BACKEND": "windowed-bloom"},
     "bloom+scaling": {"DEDUP_BACKEND": "bloom", "DEDUP_BLOOM_SCALING": True},

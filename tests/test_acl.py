@@ -80,6 +80,8 @@ ROWS = [
     ("windowed-bloom", "scrapy-redis", ("scrapy-redis", "windowed-bloom"), {}),
     ("compact", "scrapy-redis", ("scrapy-redis", "compact"), BATCHED),
     ("compact", "frontier", ("frontier", "compact"), BATCHED),
+    ("hash+growing", "scrapy-redis", ("scrapy-redis", "hash"), BATCHED),
+    ("hash+growing", "frontier", ("frontier", "hash"), {}),
     ("set", "frontier", ("frontier", "set"), {}),
 ]
 
@@ -166,13 +168,15 @@ def _setting(value):
     return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
+@pytest.mark.parametrize("backend", ["hash", "hash+growing"])
 def test_the_janitor_dedup_info_and_forget_run_as_a_user_granted_their_lines(
-    tmp_path, site, redis_settings, server, grant
+    tmp_path, site, redis_settings, server, grant, backend
 ):
-    """After a crawl that persisted its hash filter: ``dedup-janitor --once``,
-    ``dedup-info`` and ``dedup-forget`` as users granted the hash line and their own
-    (exit 0; dedup-info with the same counts as the default user's run)."""
-    settings = settings_for(redis_settings, "hash", "scrapy-redis", SCHEDULER_PERSIST=True)
+    """After a crawl that persisted its hash filter (sized, or growing):
+    ``dedup-janitor --once``, ``dedup-info`` and ``dedup-forget`` as users granted the
+    hash line and their own (exit 0; dedup-info with the same counts as the default
+    user's run)."""
+    settings = settings_for(redis_settings, backend, "scrapy-redis", SCHEDULER_PERSIST=True)
     crawl(tmp_path, site, settings, "first")
     admin = redis_settings["REDIS_URL"]
     for feature, args in (

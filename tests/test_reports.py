@@ -118,6 +118,7 @@ def test_what_a_filter_holds_says_itself_and_goes_to_json():
         {
             "kind": "HashFields",
             "in_buckets": False,
+            "counted": False,
             "fields": 3000,
             "shards": 16,
             "expired_by": "janitor",

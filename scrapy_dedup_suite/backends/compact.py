@@ -101,11 +101,11 @@ class CompactBackend(CompactKind):
         filter) the count ``capacity`` and the server's listpack limit give."""
         super().__init__(server, key)
         self.capacity = check("DEDUP_COMPACT_CAPACITY", capacity)
-        if self.capacity == 0:
+        if self.capacity == 0:  # (from_settings builds the growing layout for it)
             raise DedupConfigError(
-                f"DEDUP_COMPACT_CAPACITY = 0 (buckets that split as the filter grows) is built "
-                f"for the compact backend alone so far; give the {self.name} filter a capacity: "
-                "set DEDUP_COMPACT_CAPACITY = 10000000 (or the crawl's size, from 1000)"
+                f"{type(self).__name__} is the {self.name} backend's sized layout and "
+                "DEDUP_COMPACT_CAPACITY = 0 has none: build it from settings (the growing "
+                "layout), or set DEDUP_COMPACT_CAPACITY = 10000000 (or the crawl's size, from 1000)"
             )
         self.shards = check("DEDUP_HASH_SHARDS", shards)
         self.meta_key = meta_key(key)

@@ -51,12 +51,13 @@ def split_load(entries: int) -> int:
     return max(1, int(root * root / 2))
 
 
-def stored_capacity(server: Any, key: str, shards: int) -> int | None:
-    """The capacity the compact filter at ``key`` was sized for, by its record, else
-    by its stamps; 0 for a growing filter; None when none is stored."""
+def stored_capacity(server: Any, key: str, shards: int, backend: str = "compact") -> int | None:
+    """The capacity the filter of buckets at ``key`` (``backend``'s: compact, or hash's
+    buckets) was sized for, by its record, else by its stamps; 0 for a growing filter;
+    None when none is stored."""
     stamps = Growing(key, shards, 0).stamp_keys
     for said in stored_parameters(server, meta_key(key), stamps):
-        sized = said.get("sized_for", "") if said.get("backend") == "compact" else ""
+        sized = said.get("sized_for", "") if said.get("backend") == backend else ""
         if sized.isdigit():
             return int(sized)
     return None

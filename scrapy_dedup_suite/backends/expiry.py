@@ -315,6 +315,13 @@ class ExpiringHash(DedupBackend):
         self.layout.way = chosen
         return chosen
 
+    def bucket_groups(self) -> list[str]:
+        """The janitor's purge units of a filter in buckets: its groups of buckets (one
+        slot each), where the janitor expires the fields; none where the server does."""
+        if self.expiry is not BY_JANITOR:
+            return []
+        return [f"{self.key} buckets of group {g}" for g in range(self.shards)]
+
     def janitor_note(self) -> str | None:
         if self.layout.way is BY_SERVER:
             return (

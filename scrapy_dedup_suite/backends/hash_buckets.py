@@ -31,17 +31,20 @@ from ..server.cluster import node_of
 from ..settings.options import HashOptions
 from ..settings.table import default
 from .compact import CompactBackend
+from .compact_growing import stored_capacity
 from .expiry import (
     BUCKETS_LAYOUT,
     BY_JANITOR,
     BY_SERVER,
     FIELD_TTL_HASHTABLE_BYTES,
+    HASH,
     HASH_CAPABILITIES,
     JANITOR_BUCKET_BYTES,
     Expiring,
     ExpiringHash,
     expiry_sample,
 )
+from .hash_growing import GrowingHashBackend
 from .keys import BATCH, TTL_PROBE, as_str, keys_held, prefix_pattern, shard_key, slot_sibling
 from .layout import Buckets
 from .meta import MetaSpec
@@ -96,13 +99,23 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         self._init_expiry(expire, field_expiry)
 
     @classmethod
-    def from_options(cls, server: Any, key: str, options: HashOptions) -> HashBucketsBackend:
+    def from_options(cls, server: Any, key: str, options: HashOptions) -> ExpiringHash:
+        """Sized buckets, or (DEDUP_COMPACT_CAPACITY 0) buckets that split as the filter
+        grows; a stored filter keeps its layout, as compact's does
+        (:meth:`~.compact.CompactBackend.from_settings`)."""
+        capacity = options.capacity
+        if server is not None:
+            stored = stored_capacity(server, key, options.shards, HASH)
+            if stored == 0 or (stored is not None and capacity == 0):
+                capacity = stored
+        if capacity == 0:
+            return GrowingHashBackend.from_options(server, key, options)
         return cls(
             server,
             key,
             expire=options.expire,
             shards=options.shards,
-            capacity=options.capacity,
+            capacity=capacity,
             field_expiry=options.field_expiry,
         )
 
@@ -159,10 +172,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     # -- the janitor's purge -------------------------------------------------------------------
 
     def purge_units(self) -> list[str]:
-        """The groups of buckets (one slot each), where the janitor expires fields."""
-        if self.expiry is not BY_JANITOR:
-            return []
-        return [f"{self.key} buckets of group {g}" for g in range(self.shards)]
+        return self.bucket_groups()
 
     def purge_step(
         self, unit: int, cursor: int, batch: int, on_scan: OnScan | None = None

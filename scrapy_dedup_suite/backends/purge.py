@@ -7,7 +7,8 @@ finished by the next one; what one step reads and deletes is the layout's:
   script on the expired ones (a field a crawler refreshed in between is kept);
 - buckets (:func:`purge_buckets`): one script reads consecutive buckets of one slot
   whole (a listpack is read whole anyway) and deletes their expired fields, until it
-  has read a batch of fields.
+  has read a batch of fields; in the growing layout, the same script counts them off
+  its group's level record.
 """
 
 from __future__ import annotations
@@ -74,15 +75,22 @@ def scan_fields(
 
 
 def purge_buckets(
-    server: Any, keys: Sequence[str], batch: int, unit_ms: int, on_scan: OnScan | None = None
+    server: Any,
+    keys: Sequence[str],
+    batch: int,
+    unit_ms: int,
+    on_scan: OnScan | None = None,
+    record: str | None = None,
 ) -> tuple[int, PurgeStep]:
     """The expired fields of ``keys`` (buckets of one slot, in order) deleted by one
     script call that stops after the bucket where it has read ``batch`` fields: how many
-    buckets it finished, and the step (its cursor is left to the caller)."""
+    buckets it finished, and the step (its cursor is left to the caller). ``record``:
+    the level record of a growing filter's group, which counts them off in that call."""
     step = PurgeStep(0)
-    done, scanned, removed, invalid = step.timed(
-        lambda: scripts.BUCKET_PURGE(server, list(keys), [batch, unit_ms])
-    )
+    script, sent = scripts.BUCKET_PURGE, list(keys)
+    if record is not None:
+        script, sent = scripts.GROW_HASH_PURGE, [record, *sent]
+    done, scanned, removed, invalid = step.timed(lambda: script(server, sent, [batch, unit_ms]))
     step.scanned, step.removed, step.invalid = int(scanned), int(removed), int(invalid)
     if on_scan is not None:  # (read and deleted in one call: no candidates in between)
         on_scan(keys[0], [])

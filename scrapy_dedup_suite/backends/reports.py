@@ -202,6 +202,7 @@ class HashFields:
     expire: float  # seconds new fields get (DEDUP_EXPIRE as configured now)
     sample: ExpirySample | None = None  # (where the janitor purges them)
     in_buckets: bool = False  # the bucket layout: ``fields`` is estimated from a sample
+    counted: bool = False  # (in buckets) every bucket counted: ``fields`` is exact
 
     def describe(self) -> list[str]:
         freed = (
@@ -209,9 +210,10 @@ class HashFields:
             if self.expired_by == "server"
             else "the janitor purges expired ones"
         )
+        about = "" if self.counted else "about "
         where = (
-            f"about {self.fields:,} fields in buckets over {self.shards} group(s)"
-            if self.in_buckets
+            f"{about}{self.fields:,} fields in buckets over {self.shards} group(s)"
+            if self.in_buckets or self.counted
             else f"{self.fields:,} fields in {self.shards} shard(s)"
         )
         lines = [f"{where} ({freed})"]

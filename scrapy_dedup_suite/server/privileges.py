@@ -69,8 +69,8 @@ FEATURES: tuple[Feature, ...] = (
         "`lpush rpop lpop llen`; RedisSpider's start URLs: `lpop spop llen scard`)",
     ),
     Feature("set", (*_FILTER, "sadd", "sismember", "smismember", "scard"), "`set` backend"),
-    Feature("compact", (*_HASH, "hkeys"), "`compact` backend (a growing one splits with `hkeys`)"),
-    Feature("hash", (*_HASH, "hdel"), "`hash` backend (the janitor's expiry)"),
+    Feature("compact", _HASH, "`compact` backend, sized or growing"),
+    Feature("hash", (*_HASH, "hdel"), "`hash` backend (the janitor's expiry), sized or growing"),
     Feature(
         "hash-field-expiry",
         (*_HASH, "hdel", "hpexpire", "hpexpiretime"),

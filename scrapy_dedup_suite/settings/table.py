@@ -114,15 +114,16 @@ TABLE: tuple[Setting, ...] = (
         WholeOrZero(
             1_000,
             MAX_COMPACT_CAPACITY,
-            "0 (no capacity: compact's buckets split as the filter grows), or a whole number "
+            "0 (no capacity: the buckets split as the filter grows), or a whole number "
             f"of fingerprints from 1,000 to {MAX_COMPACT_CAPACITY:,}",
         ),
         "compact and hash: fingerprints a new filter is sized for, fixed when created; its "
         "buckets keep "
         "the server's compact encoding up to about this many (past it answers stay exact, "
-        "memory per fingerprint grows, and a WARNING says so). 0: a compact filter with "
-        "nothing to size, whose buckets split as it grows (docs/backends.md). A stored "
-        "filter keeps its layout; `scrapy convert-to-growing` converts a sized one",
+        "memory per fingerprint grows, and a WARNING says so). 0: a filter with nothing to "
+        "size, whose buckets split as it grows (docs/backends.md; hash: with the janitor's "
+        "expiry). A stored filter keeps its layout; `scrapy convert-to-growing` converts a "
+        "sized compact one",
     ),
     Setting(
         "DEDUP_BLOOM_CAPACITY",

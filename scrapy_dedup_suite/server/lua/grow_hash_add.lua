@@ -1,0 +1,43 @@
+-- include: prelude, stamp, grow, grow_add
+-- Check-and-record fingerprints with an expiry in the growing layout (grow.lua,
+-- grow_add.lua), each one atomically, on the server's clock: a field's value is its
+-- expiry (in the unit argv[3] says: 1000 for Unix seconds, rounded up), which the
+-- janitor purges (grow_hash_purge.lua). A field whose expiry has passed is not there:
+-- the fingerprint is new, its field written again with its new expiry; a split leaves
+-- it out.
+-- argv: as grow_add's, with argv[3] the unit of the stored expiries in milliseconds;
+-- per fingerprint: its bucket's key index, its field, and the milliseconds it stays seen.
+-- The add step (scripts.AddStep): alone, or in the frontier's record-and-enqueue.
+local function dedup_add(keys, argv)
+  local now, unit = dedup_now_ms(), tonumber(argv[3])
+  local kind = {
+    answer = function(key, field)
+      local current = rcall('HGET', key, field)
+      if not current then return 0, false end
+      local expiry = tonumber(current)
+      if not expiry then
+        dedup_fail('FIELD', 'field ' .. field .. ' of ' .. key .. ' is not an expiry timestamp: '
+          .. current)
+      end
+      return (expiry * unit > now) and 1 or 0, true
+    end,
+    write = function(key, field, at)
+      local ttl = tonumber(argv[at])
+      rcall('HSET', key, field, string.format('%.0f', math.ceil((now + ttl) / unit)))
+    end,
+    read = function(key)
+      local flat, kept, dropped = rcall('HGETALL', key), {}, 0
+      for i = 1, #flat, 2 do
+        local expiry = tonumber(flat[i + 1])
+        if expiry and expiry * unit <= now then
+          dropped = dropped + 1
+        else -- (a value that is no expiry stays, as the janitor leaves it)
+          kept[#kept + 1] = flat[i]
+          kept[#kept + 1] = flat[i + 1]
+        end
+      end
+      return kept, dropped
+    end,
+  }
+  return grow_add(keys, argv, 3, 3, kind)
+end
