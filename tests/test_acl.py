@@ -18,6 +18,7 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
 from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend
+from scrapy_dedup_suite.backends.hash_growing import GrowingHashBackend
 from scrapy_dedup_suite.backends.keys import spider_key_patterns as spider_keys
 from scrapy_dedup_suite.server.privileges import BY_NAME, OPTIONAL, acl_line, commands_of
 
@@ -200,26 +201,32 @@ def test_the_frontier_s_commands_and_a_migration_run_as_a_user_granted_their_lin
     tmp_path, site, redis_settings, server, grant
 ):
     """dedup-info and frontier-handback of a persisted frontier, migrate-set-to-bloom
-    of its set into compact, and convert-to-growing of that, as users granted their
-    lines."""
+    of its set into compact and into hash (the janitor's expiry), and convert-to-growing
+    of each, as users granted their lines."""
     settings = settings_for(redis_settings, "set", "frontier", SCHEDULER_PERSIST=True)
     stats = crawl(tmp_path, site, settings, "first")["stats"]
     fingerprints = server.scard("site:dupefilter")
     assert fingerprints == stats["dedup/added"]
-    migrate = ["migrate-set-to-bloom", "--spider", "site", "--to", "compact"]
-    for features, args in (
-        (("set", "frontier", "dedup-info"), ["dedup-info", "--spider", "site"]),
-        (("set", "frontier"), ["frontier-handback", "--spider", "site"]),
-        (("set", "compact", "migration"), migrate),
-        (("compact", "conversion"), ["convert-to-growing", "--spider", "site"]),
+    migrate = ["migrate-set-to-bloom", "--spider", "site", "--to"]
+    janitor = {**settings, "DEDUP_HASH_FIELD_EXPIRY": False}
+    hashed = {**janitor, "DEDUP_BACKEND": "hash"}
+    for features, args, given in (
+        (("set", "frontier", "dedup-info"), ["dedup-info", "--spider", "site"], settings),
+        (("set", "frontier"), ["frontier-handback", "--spider", "site"], settings),
+        (("set", "compact", "migration"), [*migrate, "compact"], settings),
+        (("compact", "conversion"), ["convert-to-growing", "--spider", "site"], settings),
+        (("set", "hash", "migration"), [*migrate, "hash"], janitor),
+        (("hash", "conversion"), ["convert-to-growing", "--spider", "site"], hashed),
     ):
-        theirs = command(args[0], grant(*features), *args[1:], settings=settings)
+        theirs = command(args[0], grant(*features), *args[1:], settings=given)
         assert theirs.returncode == 0, (args, theirs.stdout[-1000:], theirs.stderr[-2000:])
         assert "may not run" not in theirs.stdout + theirs.stderr
     assert server.scard("site:dupefilter") == fingerprints  # (kept: no --delete-source)
     compact = Settings({**settings, "DEDUP_BACKEND": "compact"})
     converted = build_backend(compact, "site", server=server)
     assert isinstance(converted, GrowingCompactBackend) and converted.count() == fingerprints
+    grows = build_backend(Settings(hashed), "site", server=server)
+    assert isinstance(grows, GrowingHashBackend) and grows.count() == fingerprints
 
 
 def runspider(tmp_path, url: str, scheduler: str, backend: str):

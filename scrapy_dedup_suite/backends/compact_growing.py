@@ -185,7 +185,7 @@ class GrowingCompactBackend(CompactKind):
             grouped_by=self.asked_grouping,
         )
 
-    def fed_fields(self) -> GrowingFields:
+    def fed_fields(self) -> GrowingCompactBackend:
         """This filter fed fields named by :func:`.growing.field_name`, not fingerprints
         (a conversion's copy)."""
         return GrowingFields(

@@ -38,7 +38,7 @@ from .expiry import (
     Expiry,
     expiry_sample,
 )
-from .growing import Growing, bucket_of, h_of
+from .growing import FieldNames, Growing, bucket_of, h_of
 from .growing_report import GrowingBuckets
 from .meta import MetaSpec
 from .purge import OnScan, PurgeStep, purge_buckets
@@ -127,6 +127,18 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
     def options(self) -> HashOptions:
         return HashOptions(self.expire, self.shards, self.field_expiry, 0)
 
+    def fed_fields(self) -> GrowingCompactBackend:
+        """This filter fed fields named by :func:`.growing.field_name`, each with its own
+        expiry (a conversion's copy)."""
+        return GrowingHashFields(
+            self.server,
+            self.key,
+            expire=self.expire,
+            shards=self.shards,
+            load=self.load,
+            grouped_by=self.grouped_by,
+        )
+
     def server_expiry_unsuited(self) -> str | None:
         return JANITOR_ONLY
 
@@ -201,3 +213,14 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
         info = GrowingCompactBackend.info(self)
         info.details.update(expire=self.expire, expired_by=self.expiry.name)
         return info
+
+
+class ExpiringFieldNames(FieldNames, ExpiringGrowing):
+    """:class:`ExpiringGrowing` fed fields by name (:class:`.growing.FieldNames`)."""
+
+
+class GrowingHashFields(GrowingHashBackend):
+    """A growing hash filter fed fields named by :func:`.growing.field_name`: what a
+    conversion copies from sized buckets."""
+
+    layout_class = ExpiringFieldNames

@@ -206,6 +206,10 @@ class ConversionCommand(DedupCommand):
         )
         group.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    def backend_for(self, settings: Settings) -> str:
+        """The backend whose filter ``--spider`` names (its default key)."""
+        return self.backend
+
     def conversion(self, server: Any, key: str, settings: Settings, **how: Any) -> Any:
         """The conversion of the filter at ``key`` (``how``: batch, verify, sample,
         progress), built from ``settings`` and the command's own options."""
@@ -221,7 +225,7 @@ class ConversionCommand(DedupCommand):
         settings = spider_settings(self.settings, opts.spider)
         server = None
         with self.refusals(settings, lambda: server):
-            key = opts.key or dupefilter_key(settings, self.backend, opts.spider)
+            key = opts.key or dupefilter_key(settings, self.backend_for(settings), opts.spider)
             server = get_redis(settings)
             conversion = self.conversion(
                 server,

@@ -130,7 +130,7 @@ FEATURES: tuple[Feature, ...] = (
         "conversion",
         (*_REPORTS, "hscan", "hrandfield", "hdel", "hlen"),
         "`scrapy convert-hash-layout` with the `hash` line (or `hash-field-expiry`'s), "
-        "`scrapy convert-to-growing` with the `compact` line",
+        "`scrapy convert-to-growing` with the `compact` or `hash` line",
     ),
 )
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ...backends.compact import CompactBackend
@@ -43,10 +43,10 @@ from ...backends.growing import field_name
 from ...backends.keys import as_str, chunks, memory_usage
 from ...backends.layout import FIELD_BYTES
 from ...backends.listpack import BYTES_PER_FINGERPRINT
-from ...core.config import human_bytes
 from ...exceptions import WrongKeyTypeError
-from ...settings.options import CompactOptions
+from ...server.connection import server_time_ms
 from .errors import SourceError, VerificationError
+from .growing_plan import GrowingPlan, GrowingReport
 from .in_place import InPlaceConversion
 
 logger = logging.getLogger(__name__)
@@ -55,104 +55,58 @@ logger = logging.getLogger(__name__)
 MODE = "convert-to-growing"
 #: Buckets whose first HSCAN one pipeline sends.
 READ_AHEAD = 100
+#: Seconds: a field that expires sooner is not verified (it may have expired when asked).
+VERIFY_AHEAD = 60.0
 
 
 @dataclass
-class GrowingPlan:
-    key: str
-    shards: int
-    capacity: int  # what the sized filter was sized for
-    buckets: int  # its bucket count
-    fields: int  # what its buckets hold
-    source_memory: int
-    target_memory: int
-    #: "start" (sized), "resume" (a conversion under way, or sized buckets left) or "done".
-    state: str
-    position: int = 0  # sized buckets done
+class Entries:
+    """What the copy makes of one sized bucket's fields."""
 
-    def describe(self) -> str:
-        if self.state == "done":
-            return f"{self.key!r}: a compact filter that grows already, with no sized buckets left"
-        source = (
-            f"source  {self.key!r}: compact filter sized for {self.capacity:,} fingerprints, "
-            f"{self.fields:,} fields in {self.buckets:,} buckets of {self.shards} group(s), "
-            f"about {human_bytes(self.source_memory)}"
-        )
-        if self.state == "resume":
-            source += f"; the conversion goes on after bucket {self.position:,} of the listing"
-        return "\n".join(
-            [
-                source,
-                "target  the same key in buckets that split as it grows (no capacity), about "
-                f"{human_bytes(self.target_memory)}",
-                "switch  stamps and record at once: a worker running the sized layout opens it "
-                "again as growing; one that opens it before the copy has passed a fingerprint "
-                "fetches its page once more",
-            ]
-        )
-
-
-@dataclass
-class GrowingReport:
-    plan: GrowingPlan
-    copied: int = 0  # fields written into the growing buckets
-    present: int = 0  # fields they held already (a rerun, or a crawler since)
-    invalid: int = 0  # fields not copied: not 8 bytes
-    seconds: float = 0.0
-    verified: int = 0
-    verify_mode: str = "sample"
-    removed: int = 0
-    kept: int = 0
-    memory_freed: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        p = self.plan
-        if p.state == "done":
-            return p.describe() + ": nothing to convert"
-        rate = (self.copied + self.present) / self.seconds if self.seconds else 0.0
-        lines = [
-            f"converted {p.key!r} to buckets that split as it grows: {self.copied:,} "
-            f"fingerprints copied, {self.present:,} there already, in {self.seconds:.1f} s "
-            f"({rate:,.0f}/s)",
-            f"verified {self.verified:,} fields of the sized buckets ({self.verify_mode}): "
-            "all found",
-        ]
-        if self.removed:
-            lines.append(
-                f"source: {self.removed:,} fields removed ({human_bytes(self.memory_freed)} "
-                f"freed), {self.kept:,} kept"
-            )
-        else:
-            lines.append(
-                f"sized buckets kept ({human_bytes(p.source_memory)}): run again with "
-                "--delete-source to remove them"
-            )
-        if self.invalid:
-            lines.append(f"left {self.invalid:,} field(s) not of {FIELD_BYTES} bytes in them")
-        return "\n".join(lines)
+    #: The copy's name of each fingerprint's field (:func:`field_name`).
+    names: list[str]
+    #: The seconds from now each stays seen (hash: what its value says), else None.
+    expires: list[float | None]
+    #: (hash) Fields whose expiry has passed: not copied, deleted with the source.
+    expired: list[bytes]
+    #: Fields that are not a fingerprint's: left where they are.
+    others: int
 
 
 class GrowingConversion(InPlaceConversion):
     """Convert the sized compact filter at ``key`` (opened with ``options``' groups)
-    into the growing layout."""
+    into the growing layout. A subclass converts another backend's sized buckets
+    (:meth:`sized`, :meth:`growing`, :meth:`entries`)."""
 
     mode = MODE
     backend = "compact"
+    #: What a fingerprint takes in the growing filter (the plan's estimate).
+    bytes_per_fingerprint = BYTES_PER_FINGERPRINT
     #: Set by :meth:`convert`: the growing filter fed fields, and the sized buckets.
     fed: GrowingCompactBackend
     keys: list[str]
 
-    def __init__(self, server: Any, key: str, options: CompactOptions, **how: Any) -> None:
-        """``how``: see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
+    def __init__(self, server: Any, key: str, options: Any, **how: Any) -> None:
+        """``options``: the backend's (CompactOptions, HashOptions): its groups; ``how``:
+        see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
         super().__init__(server, key, **how)
-        self.shards = options.shards
+        self.shards: int = options.shards
         self.source: CompactBackend | None = None
         self.target: GrowingCompactBackend | None = None
         #: Whether plan() found it switched and done with (sized buckets left behind).
         self._switched = False
+
+    def sized(self, capacity: int, buckets: int | None) -> CompactBackend:
+        """The sized filter (``capacity`` 0: not known, the record says growing now)."""
+        return CompactBackend(
+            self.server, self.key, capacity=capacity or 1_000, shards=self.shards, buckets=buckets
+        )
+
+    def growing(self, grouped_by: int | None = None) -> GrowingCompactBackend:
+        """The growing filter at the key."""
+        return GrowingCompactBackend(
+            self.server, self.key, shards=self.shards, grouped_by=grouped_by
+        )
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -160,36 +114,27 @@ class GrowingConversion(InPlaceConversion):
         state = self.read_state()
         if self._under_way:
             self.same_settings({"DEDUP_HASH_SHARDS": (int(state["shards"]), self.shards)})
-            source = self._source(int(state["capacity"]), int(state["buckets"]))
-            target = GrowingCompactBackend(self.server, self.key, shards=self.shards)
+            source = self.sized(int(state["capacity"]), int(state["buckets"]))
+            target = self.growing()
             target.asked_grouping = source.buckets
             plan = self._plan(source, target, "resume")
             plan.position = int(state.get("position", 0))
             return plan
-        stored = stored_capacity(self.server, self.key, self.shards)
+        stored = stored_capacity(self.server, self.key, self.shards, self.backend)
         if stored is None:
             raise SourceError(self.no_source())
         if stored == 0:
-            target = GrowingCompactBackend(self.server, self.key, shards=self.shards)
+            target = self.growing()
             self.check_opens(target)
             if target.grouped_by == self.shards:  # (created growing: nothing sized)
                 return self._plan(None, target, "done")
-            plan = self._plan(self._source(0, target.grouped_by), target, "resume")
+            plan = self._plan(self.sized(0, target.grouped_by), target, "resume")
             plan.state = "resume" if plan.fields else "done"  # (sized buckets left: again)
             self._switched = True  # (its level records are its own: a lost one stays lost)
             return plan
-        source = self._source(stored, None)
+        source = self.sized(stored, None)
         self.check_opens(source)
-        target = GrowingCompactBackend(
-            self.server, self.key, shards=self.shards, grouped_by=source.buckets
-        )
-        return self._plan(source, target, "start")
-
-    def _source(self, capacity: int, buckets: int | None) -> CompactBackend:
-        """The sized filter (``capacity`` 0: not known, the record says growing now)."""
-        return CompactBackend(
-            self.server, self.key, capacity=capacity or 1_000, shards=self.shards, buckets=buckets
-        )
+        return self._plan(source, self.growing(source.buckets), "start")
 
     def _plan(
         self, source: CompactBackend | None, target: GrowingCompactBackend, state: str
@@ -206,12 +151,13 @@ class GrowingConversion(InPlaceConversion):
             memory = memory_usage(self.server, keys)
         return GrowingPlan(
             key=self.key,
+            backend=self.backend,
             shards=self.shards,
             capacity=source.capacity if source is not None else 0,
             buckets=source.buckets if source is not None else 0,
             fields=fields,
             source_memory=memory,
-            target_memory=round(fields * BYTES_PER_FINGERPRINT),
+            target_memory=round(fields * self.bytes_per_fingerprint),
             state=state,
         )
 
@@ -259,73 +205,88 @@ class GrowingConversion(InPlaceConversion):
         self._copy(plan, report)
         self._check(report)
 
-    def _buckets(self, keys: list[str], start: int = 0) -> Iterator[tuple[int, list[bytes]]]:
-        """Each of the buckets ``keys`` from ``start`` on, by its position, with its
-        fields: the first HSCAN of READ_AHEAD buckets in one pipeline (a bucket in the
-        compact encoding answers whole), the rest of a larger one ``batch`` a call."""
+    def _buckets(self, keys: list[str], start: int = 0, warn: bool = False) -> Iterator[Entries]:
+        """What :meth:`entries` makes of each of the buckets ``keys`` from ``start`` on,
+        in order: the server's clock, then the first HSCAN of READ_AHEAD buckets in one
+        pipeline (a bucket in the compact encoding answers whole), the rest of a larger
+        one ``batch`` a call. ``warn``: a line for each bucket with fields set aside."""
         for first in range(start, len(keys), READ_AHEAD):
             part = keys[first : first + READ_AHEAD]
+            now_ms = server_time_ms(self.server)
             pipe = self.server.pipeline(transaction=False)
             for key in part:
                 pipe.hscan(key, 0, count=self.batch)
-            for offset, (key, (cursor, found)) in enumerate(zip(part, pipe.execute())):
-                fields = self._as_bytes(list(found))
+            for key, (cursor, found) in zip(part, pipe.execute()):
+                fields = self._as_bytes(found)
                 cursor = int(cursor)
                 while cursor:
                     cursor, more = self.server.hscan(key, cursor, count=self.batch)
                     cursor = int(cursor)
-                    fields += self._as_bytes(list(more))
-                yield first + offset, fields
+                    fields.update(self._as_bytes(more))
+                yield self._entries(key, fields, now_ms, warn)
 
     @staticmethod
-    def _as_bytes(found: list[Any]) -> list[bytes]:
-        """Fields as the server gave them (a client with decode_responses: as text)."""
-        return [f if isinstance(f, bytes) else as_str(f).encode("utf-8") for f in found]
+    def _as_bytes(found: dict[Any, Any]) -> dict[bytes, bytes]:
+        """Fields and values as the server gave them (with decode_responses: as text)."""
+        return {
+            (f if isinstance(f, bytes) else as_str(f).encode("utf-8")): (
+                v if isinstance(v, bytes) else as_str(v).encode("utf-8")
+            )
+            for f, v in found.items()
+        }
 
-    def _named(self, key: str, fields: list[bytes]) -> tuple[list[str], int]:
-        """The copy's names of the 8-byte ``fields`` of bucket ``key``, and how many
-        others it holds (set aside, with a line)."""
+    def _entries(self, key: str, fields: dict[bytes, bytes], now_ms: int, warn: bool) -> Entries:
+        """:meth:`entries` of bucket ``key``, with a line (``warn``) for what it sets aside."""
         assert self.source is not None
         number = self.source.bucket_of(key)
         assert number is not None
-        group = number % self.shards
-        names = [field_name(group, f) for f in fields if len(f) == FIELD_BYTES]
-        others = len(fields) - len(names)
-        if others:
+        entries = self.entries(number % self.shards, fields, now_ms)
+        if entries.others and warn:
             logger.warning(
-                "convert-to-growing: %d field(s) of %r are not %d bytes: not a fingerprint's, "
+                "convert-to-growing: %d field(s) of %r are not a fingerprint's (%d bytes%s): "
                 "left where they are",
-                others,
+                entries.others,
                 key,
                 FIELD_BYTES,
+                ", an expiry as its value" if self.backend == "hash" else "",
             )
-        return names, others
+        return entries
+
+    def entries(self, group: int, fields: dict[bytes, bytes], now_ms: int) -> Entries:
+        """The copy's names of the 8-byte ``fields`` of a bucket of ``group`` (their
+        values empty; ``now_ms``: the server's clock); how many others it holds."""
+        names = [field_name(group, f) for f in fields if len(f) == FIELD_BYTES]
+        return Entries(names, [None] * len(names), [], len(fields) - len(names))
 
     def _copy(self, plan: GrowingPlan, report: GrowingReport) -> None:
         """The buckets from ``plan.position`` on, their fields sent ``batch`` a call
         (a sparse filter's few fields a bucket gathered from many); the position saved
         after each call: every bucket before it sent whole."""
         pending: list[str] = []
+        expires: list[float | None] = []
         done = 0
 
         def send(position: int) -> None:
             nonlocal done
-            for part in chunks(pending, self.batch):
-                seen = self.fed.check_and_add_many(part)
+            for at in range(0, len(pending), self.batch):
+                part = pending[at : at + self.batch]
+                seen = self.fed.check_and_add_many(part, expires[at : at + self.batch])
                 report.present += sum(seen)
                 report.copied += len(seen) - sum(seen)
             done += len(pending)
             pending.clear()
+            expires.clear()
             self.server.hset(self.state_key, "position", position)
             if self.progress is not None:
                 self.progress(done, plan.fields)
 
-        for position, fields in self._buckets(self.keys, plan.position):
-            names, others = self._named(self.keys[position], fields)
-            report.invalid += others
-            pending += names
+        for position, entries in enumerate(self._buckets(self.keys, plan.position, True)):
+            report.invalid += entries.others
+            report.expired += len(entries.expired)
+            pending += entries.names
+            expires += entries.expires
             if len(pending) >= self.batch:
-                send(position + 1)
+                send(plan.position + position + 1)
         send(len(self.keys))
 
     # -- verification and the source's removal ----------------------------------------------
@@ -338,8 +299,12 @@ class GrowingConversion(InPlaceConversion):
             random.shuffle(order)
         keys = [self.keys[i] for i in order]
         missing: list[str] = []
-        for position, fields in self._buckets(keys):
-            names, _ = self._named(keys[position], fields)
+        for entries in self._buckets(keys):
+            names = [  # (hash: not those that may expire before they are asked for)
+                name
+                for name, expire in zip(entries.names, entries.expires)
+                if expire is None or expire > VERIFY_AHEAD
+            ]
             found = self.fed.contains_many(names)
             missing += [name for name, ok in zip(names, found) if not ok]
             report.verified += len(names)
@@ -353,13 +318,13 @@ class GrowingConversion(InPlaceConversion):
             )
 
     def delete_copied(self, report: GrowingReport) -> None:
-        """HDEL every field of the sized buckets that the growing filter holds."""
+        """HDEL every field of the sized buckets that the growing filter holds, and those
+        expired (hash: the janitor no longer walks the sized buckets)."""
         before = memory_usage(self.server, self.keys)
-        for position, fields in self._buckets(self.keys):
-            key = self.keys[position]
-            names, _ = self._named(key, fields)
+        for key, entries in zip(self.keys, self._buckets(self.keys)):
+            names = entries.names
             held = [name for name, ok in zip(names, self.fed.contains_many(names)) if ok]
-            gone = [bytes.fromhex(name.partition(":")[2]) for name in held]
+            gone = [bytes.fromhex(name.partition(":")[2]) for name in held] + entries.expired
             for part in chunks(gone, self.batch):
                 report.removed += int(self.server.hdel(key, *part))
         report.kept = self._held(self.keys)
