@@ -11,10 +11,13 @@ import hashlib
 import time
 
 from scrapy_dedup_suite.backends.compact import CompactBackend
+from scrapy_dedup_suite.frontier import homes
 from scrapy_dedup_suite.frontier.homes import crawl_queue, move
 from scrapy_dedup_suite.frontier.queue import FrontierQueue, Shard
 from scrapy_dedup_suite.frontier.record import record_and_enqueue
 from scrapy_dedup_suite.frontier.slot_homes import Homes, slot_name
+from scrapy_dedup_suite.server.cluster import node_of
+from scrapy_dedup_suite.server.connection import server_time_ms
 
 from .test_frontier_slots import tagged
 
@@ -160,3 +163,39 @@ def test_a_request_an_older_version_gave_back_on_its_way_home_is_still_crawled(s
     queue.push(shard, [(0, b"\x03\x01\x06" + entry)])  # (given back once, marked)
     leased = queue.call(shard, 60_000, take=5)
     assert [e for _, _, e in leased.requests] == [b"\x01http://a.test/0"]
+
+
+def test_what_the_acknowledgement_of_moves_reclaims_is_counted(server, topology, monkeypatch):
+    """rehome acknowledges the moves in a call of its own to their origin, which reclaims
+    what ended there meanwhile too: another worker's lease that ended between the call
+    that handed the moves and that one is counted in the handing call's figures (what
+    frontier/reclaimed counts), not dropped."""
+    backend, _, _, moves = recorded(server, move_ms=1)
+    if topology == "single":
+        assert moves == []  # (one shard: nothing moves, nothing to acknowledge)
+        return
+    origin = moves[0].origin
+    other = FrontierQueue.for_backend(backend, "t:requests")
+    other.push(origin, [(0, tagged("http://b.test/0"))])
+    clock = node_of(server, origin.leases)
+    real = homes.move
+
+    def move_then_a_lease_ends(queue: FrontierQueue, some: list) -> tuple:
+        answer = real(queue, some)
+        held = other.call(origin, 1, take=1)  # (a lease of 1 ms)
+        assert len(held.requests) == 1
+        ends = server_time_ms(clock) + 2
+        while server_time_ms(clock) < ends:
+            pass
+        return answer
+
+    monkeypatch.setattr(homes, "move", move_then_a_lease_ends)
+    live = crawl_queue(backend, "t:requests", 60_000)
+    reclaimed = moved = 0
+    deadline = time.monotonic() + 30
+    while not moved:
+        assert time.monotonic() < deadline, "the held requests were never handed to move"
+        leased = live.call(origin, 60_000)
+        reclaimed, moved = reclaimed + leased.reclaimed, leased.moved
+    assert moved == sum(one.origin == origin for one in moves)
+    assert reclaimed == 1 and server.hlen(origin.leases) == 0

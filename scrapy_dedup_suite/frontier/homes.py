@@ -115,5 +115,9 @@ def rehome(queue: FrontierQueue, origin: Shard, leased: Leased) -> None:
             error,
         )
     if done:
-        queue.call(origin, queue.move_ms, acks=[one.lease_id for one in done])
+        acked = queue.call(origin, queue.move_ms, acks=[one.lease_id for one in done])
+        # (that call reclaims what ended there meanwhile too: counted as the first's; what
+        # it hands to move waits for its lease to end again)
+        leased.reclaimed += acked.reclaimed
+        leased.returned += acked.returned
     leased.moved = len(done)
