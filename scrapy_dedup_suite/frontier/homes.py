@@ -79,14 +79,19 @@ def settle(
     if done:
         count("frontier/moved", len(done))
     for error in errors:
-        count("frontier/failed_calls")
-        count(f"frontier/failed_calls/{error_kind(error)}")
+        count_failed_call(count, error)
         warn(
             "The frontier could not move requests to their download slot's home shard "
             "(they stay held where they were recorded; a call there moves them once "
             "FRONTIER_LEASE ends): %s",
             error,
         )
+
+
+def count_failed_call(count: Callable[..., None], error: BaseException) -> None:
+    """A frontier call that failed: ``frontier/failed_calls``, and by the error's kind."""
+    count("frontier/failed_calls")
+    count(f"frontier/failed_calls/{error_kind(error)}")
 
 
 def crawl_queue(backend: Any, queue_key: str, lease_ms: int) -> FrontierQueue:

@@ -30,11 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from ..server.failures import error_kind
 from .acks import PendingAcks
 from .codec import RequestCodec, RequestEncodingError
 from .entries import stored_priority
-from .homes import Move, move, settle
+from .homes import Move, count_failed_call, move, settle
 from .idle import running_reactor
 from .queue import FrontierQueue, Shard
 from .record import record_and_enqueue
@@ -363,8 +362,7 @@ class Incoming:
         return outcomes
 
     def _failed(self, error: Exception) -> None:
-        self._count("frontier/failed_calls")
-        self._count(f"frontier/failed_calls/{error_kind(error)}")
+        count_failed_call(self._count, error)
         self.retry_at = self.clock() + RETRY_EVERY
         if self.on_refused is not None and wrong_type(error) is not None:
             self.on_refused(error, "record and enqueue requests")  # (the worker stops)
