@@ -22,6 +22,8 @@ from scrapy_dedup_suite.backends import HashBackend, build_backend
 from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend
 from scrapy_dedup_suite.backends.expiry import stored_layout
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
+from scrapy_dedup_suite.backends.hash_growing import GrowingHashBackend
+from scrapy_dedup_suite.operations.migrations.growing_hash_layout import GrowingHashConversion
 from scrapy_dedup_suite.operations.migrations.growing_layout import GrowingConversion
 from scrapy_dedup_suite.operations.migrations.hash_layout import HashLayoutConversion
 from scrapy_dedup_suite.settings.options import CompactOptions, HashOptions
@@ -209,43 +211,54 @@ def test_converting_a_hash_filter_under_a_live_crawl_loses_no_page(tmp_path, own
     assert buckets.count() >= tree.pages - 60
 
 
+#: Per backend: its conversion into buckets that split, its options, the growing class.
+GROWING = {
+    "compact": (GrowingConversion, CompactOptions, GrowingCompactBackend),
+    "hash": (GrowingHashConversion, HashOptions, GrowingHashBackend),
+}
+
+
 @pytest.mark.parametrize("batched", PATHS)
-def test_converting_a_sized_compact_filter_under_a_live_crawl_loses_no_page(
-    tmp_path, own_server, batched
+@pytest.mark.parametrize("backend", list(GROWING))
+def test_converting_a_sized_filter_into_buckets_that_split_under_a_live_crawl_loses_no_page(
+    tmp_path, own_server, batched, backend
 ):
-    """convert-to-growing run while a crawler records into the sized buckets: the worker,
-    refused by the switched stamps, opens the filter again growing (its settings still
-    name a capacity), says so, and goes on; every page is downloaded, none more than
-    twice, and every page's request is in the growing filter."""
+    """convert-to-growing run while a crawler records into the sized buckets (compact's,
+    or hash's with the janitor's expiry): the worker, refused by the switched stamps,
+    opens the filter again growing (its settings still name a capacity), says so, and
+    goes on; every page is downloaded, none more than twice, and every page's request is
+    in the growing filter."""
     key = "site:c"
-    compact_settings = {
-        "DEDUP_BACKEND": "compact",
+    conversion, options, growing_class = GROWING[backend]
+    sized_settings = {
+        "DEDUP_BACKEND": backend,
         "DEDUP_COMPACT_CAPACITY": 20_000,
         "DEDUP_HASH_SHARDS": 4,
+        "DEDUP_HASH_FIELD_EXPIRY": False,
         "SCHEDULER_DUPEFILTER_KEY": key,
     }
     client = redis.Redis(port=own_server.port)
 
     def convert() -> None:
-        GrowingConversion(
-            client, key, CompactOptions.from_settings(Settings(compact_settings))
-        ).run(delete_source=True)
+        conversion(client, key, options.from_settings(Settings(sized_settings))).run(
+            delete_source=True
+        )
 
     tree = Site(pages=600, links=5, linker=tree_links).start()
     result = run(
         tmp_path,
         tree,
         [AtPage(60, convert)],
-        {**settings(own_server.url, "compact", batched), **compact_settings},
+        {**settings(own_server.url, backend, batched), **sized_settings},
     )
     missing = sorted(set(range(tree.pages)) - set(tree.downloads))
     assert not missing, f"{len(missing)} page(s) lost: {missing[:20]}\n{result['log'][-3000:]}"
     assert max(tree.downloads.values()) <= 2, tree.downloads.most_common(3)
     assert result["stats"]["dedup/reopened"] == 1
     reopened = [line for line in result["log"].splitlines() if "converted under" in line]
-    assert len(reopened) == 1 and "GrowingCompactBackend" in reopened[0], reopened
-    growing = build_backend(Settings(compact_settings), "site", server=client, key=key)
-    assert isinstance(growing, GrowingCompactBackend)
+    assert len(reopened) == 1 and growing_class.__name__ in reopened[0], reopened
+    growing = build_backend(Settings(sized_settings), "site", server=client, key=key)
+    assert isinstance(growing, growing_class)
     growing.open()
     assert growing.count() >= tree.pages
 
