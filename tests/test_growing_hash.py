@@ -204,11 +204,20 @@ def test_the_server_s_field_expiry_is_refused_and_the_advice_is_accepted(server)
     assert "remove DEDUP_HASH_FIELD_EXPIRY" in message and "\n" not in message
     assert "DEDUP_COMPACT_CAPACITY = 10000000" in message
     assert isinstance(build(server, DEDUP_COMPACT_CAPACITY=0), GrowingHashBackend)
-    sized = build(server, DEDUP_COMPACT_CAPACITY=10000000, DEDUP_HASH_FIELD_EXPIRY=True)
-    assert isinstance(sized, HashBucketsBackend) and sized.field_expiry is True
     grows = build(server, DEDUP_COMPACT_CAPACITY=0, DEDUP_HASH_FIELD_EXPIRY=False)
     grows.open()
     assert grows.expiry.name == "janitor"
+    grows.add_many([fp(i) for i in range(10)])
+    # A stored growing filter keeps growing whatever the capacity: the advice that works
+    # for it is the first one.
+    with pytest.raises(DedupConfigError, match="DEDUP_HASH_FIELD_EXPIRY = True"):
+        build(server, DEDUP_COMPACT_CAPACITY=10000000, DEDUP_HASH_FIELD_EXPIRY=True)
+    kept = build(server, DEDUP_COMPACT_CAPACITY=10000000, DEDUP_HASH_FIELD_EXPIRY=False)
+    assert isinstance(kept, GrowingHashBackend)
+    kept.open()
+    assert kept.check_and_add(fp(3)) is True
+    sized = build(server, "t:new", DEDUP_COMPACT_CAPACITY=10000000, DEDUP_HASH_FIELD_EXPIRY=True)
+    assert isinstance(sized, HashBucketsBackend)  # (the second, at a key that holds none)
 
 
 def test_a_request_s_own_expiry_is_kept_through_a_split(server):

@@ -106,8 +106,9 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
                 "DEDUP_HASH_FIELD_EXPIRY = True asks the server to expire the fields, and the "
                 f"hash filter at {key!r} has buckets that split as it grows "
                 "(DEDUP_COMPACT_CAPACITY = 0), whose fields keep their expiry as their value "
-                "for the janitor to purge: remove DEDUP_HASH_FIELD_EXPIRY, or set "
-                "DEDUP_COMPACT_CAPACITY = 10000000 (the crawl's size) for sized buckets"
+                "for the janitor to purge: remove DEDUP_HASH_FIELD_EXPIRY (or set it to False); "
+                "for the server's expiry, a new filter with sized buckets: "
+                "DEDUP_COMPACT_CAPACITY = 10000000 (the crawl's size) at a key that holds none"
             )
         GrowingCompactBackend.__init__(
             self, server, key, shards=shards, load=load, grouped_by=grouped_by
