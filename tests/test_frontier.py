@@ -504,7 +504,7 @@ def test_dedup_info_watch_shows_the_queue_each_round_until_ctrl_c(server, redis_
     proc = subprocess.Popen(
         [sys.executable, "-m", "scrapy", *args, "-s", f"REDIS_URL={redis_url}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
     )  # fmt: skip
     try:
         first = json.loads(proc.stdout.readline())
@@ -518,7 +518,12 @@ def test_dedup_info_watch_shows_the_queue_each_round_until_ctrl_c(server, redis_
         assert round_["status"] == "waiting" and round_["waiting"] == 1
         assert round_["time"] > first["time"]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # (where it is stuck: faulthandler's traceback)
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"dedup-info --watch did not stop on Ctrl-C in 60 s:\n{err[-4000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

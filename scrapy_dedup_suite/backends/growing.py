@@ -144,7 +144,7 @@ class Growing(Layout):
         placed: Sequence[tuple[int, list[Any]]],
         header: list[Any],
     ) -> tuple[list[str], list[Any]]:
-        """One call as lua/grow_add.lua takes it: per group of the filter the
+        """One call as lua/grow_check.lua takes it: per group of the filter the
         call touches (a section), its stamp, its level record and the next ``pairs``
         splits to come as known (each the bucket split and the new one), then the
         buckets its fingerprints are in as known; in ARGV per section the index of its

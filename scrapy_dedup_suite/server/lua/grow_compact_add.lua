@@ -1,5 +1,5 @@
--- include: prelude, stamp, grow, grow_add
--- Check-and-record fingerprints in compact's growing layout (grow.lua, grow_add.lua),
+-- include: prelude, stamp, grow, grow_check
+-- Check-and-record fingerprints in compact's growing layout (grow.lua, grow_check.lua),
 -- each one atomically; a field's value is empty.
 -- argv: as grow_add's, with nothing of the kind's: argv[1] the stamp's value, argv[2]
 -- the load, argv[3] the sections...; per fingerprint: its bucket's key index and its

@@ -1,6 +1,6 @@
--- include: prelude, stamp, grow, grow_add
+-- include: prelude, stamp, grow, grow_check
 -- Check-and-record fingerprints with an expiry in the growing layout (grow.lua,
--- grow_add.lua), each one atomically, on the server's clock: a field's value is its
+-- grow_check.lua), each one atomically, on the server's clock: a field's value is its
 -- expiry (in the unit argv[3] says: 1000 for Unix seconds, rounded up), which the
 -- janitor purges (grow_hash_purge.lua). A field whose expiry has passed is not there:
 -- the fingerprint is new, its field written again with its new expiry; a split leaves
