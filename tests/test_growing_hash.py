@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.settings import Settings
@@ -239,3 +240,20 @@ def stored_expiry(server: Any, backend: GrowingHashBackend, fingerprint: str) ->
     buckets = backend.layout.candidates(group, field, level)
     (value,) = [server.hget(k, field) for k in buckets if server.hexists(k, field)]
     return int(value)
+
+
+def test_a_level_record_of_another_type_refuses_the_purge_before_it_deletes(server):
+    backend = growing(server, shards=1, load=4)
+    fps = [fp(i) for i in range(50)]
+    backend.add_many(fps)
+    expire_now(server, backend, fps)
+    levels = backend.levels()  # (read while the record is one)
+    record = backend.layout.level_keys[0]
+    server.delete(record)
+    server.rpush(record, "not a record")
+    buckets = [backend.layout.bucket_key(0, b) for b in range(levels[0].buckets)]
+    before = {key: server.hgetall(key) for key in buckets}
+    backend.levels = lambda: levels  # type: ignore[method-assign]  (as read before)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        backend.purge_step(0, 0, 1000)
+    assert {key: server.hgetall(key) for key in buckets} == before
