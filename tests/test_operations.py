@@ -99,7 +99,7 @@ def run(tmp_path: Path, site: Site, hooks: list[AtPage], crawl_settings: dict) -
 
 def replace_with_a_list(client: redis.Redis, key: bytes) -> None:
     """``key`` becomes a list, in one transaction: the crawl writes meanwhile (a DEL
-    then an RPUSH let its HSETNX make the bucket again in between: WRONGTYPE here)."""
+    then an RPUSH let its HSET make the bucket again in between: WRONGTYPE here)."""
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(key)
         pipe.rpush(key, "not a bucket")

@@ -20,7 +20,7 @@ The buckets are spread over DEDUP_HASH_SHARDS groups; bucket ``b`` is in group
 ``b % shards`` and its key is ``{<key>:<group>}:<b>``, so a page's links touch at most
 ``shards`` cluster slots, and each group has a stamp in its slot (lua/stamp.lua). The
 parameter record is ``<key>:meta``. A request is one call of ``compact_add.lua`` (HEXISTS,
-then the stamp and HSETNX), as scrapy-redis's is one SADD; a batch is one such call per
+then the stamp and HSET), as scrapy-redis's is one SADD; a batch is one such call per
 slot. There are too many
 buckets to list at every open: open checks the record and the stamps, and
 :meth:`CompactBackend.bucket_keys` lists the buckets for ``clear()`` and ``count()``.

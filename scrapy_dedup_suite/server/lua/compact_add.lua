@@ -26,7 +26,7 @@ local function dedup_add(keys, argv)
   for _, i in ipairs(writes) do
     local g = tonumber(argv[i]) * 2 - 1
     dedup_stamp(keys[g], argv[1])
-    rcall('HSETNX', keys[g + 1], argv[i + 1], '')
+    rcall('HSET', keys[g + 1], argv[i + 1], '')
   end
   return out
 end

@@ -11,7 +11,7 @@ local EMPTY = {
     return seen, seen == 1
   end,
   write = function(key, field)
-    rcall('HSETNX', key, field, '')
+    rcall('HSET', key, field, '')
   end,
   read = function(key)
     return rcall('HGETALL', key), 0
