@@ -27,7 +27,7 @@ from scrapy_dedup_suite.exceptions import (
     DedupConfigError,
     FilterMismatchError,
 )
-from scrapy_dedup_suite.server.cluster import masters
+from scrapy_dedup_suite.server.cluster import is_cluster, masters
 from scrapy_dedup_suite.server.failures import translate
 
 ON_CLUSTER = True
@@ -301,3 +301,31 @@ def test_a_bucket_of_another_type_where_a_split_goes_refuses_the_call_and_loses_
         backend.check_and_add(fps[2])
     assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before
     assert backend.contains_many(fps[:2]) == [True, True]
+
+
+@pytest.mark.parametrize("role", ["stamp", "record"])
+def test_a_key_of_another_type_in_place_of_a_stamp_or_level_record_refuses_before_writing(
+    server, role
+):
+    """Another program's list where a group keeps its stamp or its level record, the
+    group new (no other key of it yet): the call is refused (WRONGTYPE) before it writes,
+    the list is kept and the group gets no bucket; a batch on one server writes nothing.
+    (The calls read every stamp and record at once, where a key of another type reads as
+    missing: such a group is read again key by key.)"""
+    backend = growing(server, shards=2, load=2)
+    layout = backend.layout
+    key = (layout.stamp_keys if role == "stamp" else layout.level_keys)[0]
+    server.delete(key)
+    server.rpush(key, "foreign")
+    fps = [fp(i) for i in range(20)]
+    first = next(f for f in fps if layout.locate(f)[0] == 0)
+    before = {k: server.dump(k) for k in scan_keys(server, "{t:dedup")}
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        backend.check_and_add(first)
+    assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        backend.check_and_add_many(fps)
+    assert server.lrange(key, 0, -1) == [b"foreign"]
+    assert not server.exists(layout.bucket_key(0, 0))
+    if not is_cluster(server):  # (one call for both groups)
+        assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before

@@ -131,7 +131,11 @@ class Growing(Layout):
         """A call's group: the bucket the fingerprint is in at the level and pointer
         known (``group + shards * bucket``); its argument: its field."""
         group, field = self.locate(fingerprint)
-        bucket = bucket_of(h_of(field), *self.known[group])
+        level, split = self.known[group]
+        h = int.from_bytes(field[4:8], "big")  # (h_of and bucket_of, inline: the hot path)
+        bucket = h & ((1 << level) - 1)
+        if bucket < split:
+            bucket = h & ((2 << level) - 1)
         return group + self.shards * bucket, [field]
 
     def keys(self, group: int, context: Any) -> list[str]:
@@ -166,13 +170,14 @@ class Growing(Layout):
         for number, buckets in sections.items():
             level, split = self.known[number]
             pairs = 1 + count[number] // self.load
-            table += [len(out) + 1, pairs, level * POINTER_ROOM + split]
+            table += (len(out) + 1, pairs, level * POINTER_ROOM + split)
             out += self.section_keys(number, level, split, pairs)
             for group in buckets:
                 index[group] = len(out) + 1
                 out += keys[group]
         for group, more in placed:
-            table += [index[group], *more]
+            table.append(index[group])
+            table += more
         return out, table
 
     def section_keys(self, number: int, level: int, split: int, pairs: int) -> list[str]:

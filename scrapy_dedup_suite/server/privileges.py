@@ -40,7 +40,7 @@ _SCRIPTS = ("evalsha", "script|load", "time", "type", "pexpire", "pttl")
 #: What every backend's open and clear() send: the record, the stamps, the deletes.
 _FILTER = (*_SCRIPTS, "exists", "get", "set", "hgetall", "hset", "hmget", "unlink", "del")
 _BLOOM = (*_FILTER, "getbit", "setbit", "strlen", "bitcount")
-_HASH = (*_FILTER, "hget", "hexists", "hsetnx", "hlen", "dbsize", "scan", "command|info")
+_HASH = (*_FILTER, "hget", "hexists", "mget", "hlen", "dbsize", "scan", "command|info")
 #: What a command's report measures (memory, encodings) and asks (a command's presence).
 _REPORTS = ("memory|usage", "object|encoding", "command|info")
 _FRONTIER = (

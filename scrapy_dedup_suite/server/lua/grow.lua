@@ -30,11 +30,20 @@ local function grow_advanced(l, s, splits)
   return l, s
 end
 
+-- A level record's text as {level, split, count}; nil when it is not one.
+local function grow_parse(raw)
+  local l, s, n = string.match(raw, '^(%d+) (%d+) (%d+)$')
+  l, s, n = tonumber(l), tonumber(s), tonumber(n)
+  if not l or l > 31 or s >= 2 ^ l or n > 2 ^ 52 then return nil end
+  return { l, s, n }
+end
+
 -- The group's level record at key: {level, split, count}; refused when damaged, or
 -- missing while ``written`` exists (a key of the call only a written group has: its
--- stamp, or a bucket past the first): the group lost how far it split.
-local function grow_state(key, written)
-  local raw = rcall('GET', key)
+-- stamp, or a bucket past the first): the group lost how far it split. ``raw``: the
+-- record's text when the caller read it already (else it is read here).
+local function grow_state(key, written, raw)
+  raw = raw or rcall('GET', key)
   if not raw then
     if rcall('EXISTS', written) == 1 then
       dedup_fail('SPLITS', 'level record ' .. key .. ' is missing but ' .. written
@@ -43,14 +52,13 @@ local function grow_state(key, written)
     end
     return { 0, 0, 0 }
   end
-  local l, s, n = string.match(raw, '^(%d+) (%d+) (%d+)$')
-  l, s, n = tonumber(l), tonumber(s), tonumber(n)
-  if not l or l > 31 or s >= 2 ^ l or n > 2 ^ 52 then
+  local st = grow_parse(raw)
+  if not st then
     dedup_fail('SPLITS', 'level record ' .. key .. ' holds ' .. string.sub(raw, 1, 40)
       .. ', not "level split count": restore it, or delete the filter (a crawl with'
       .. ' SCHEDULER_FLUSH_ON_START = True) if its fingerprints may be lost')
   end
-  return { l, s, n }
+  return st
 end
 
 -- The bucket of h in a group at state st.

@@ -25,37 +25,50 @@
 -- repeated in one call is new once, then seen.
 local function grow_add(keys, argv, head, width, kind)
   local want, load, count = argv[1], tonumber(argv[2]), tonumber(argv[head + 1])
-  local sections, section_of = {}, {}
+  local sections, section_of, names = {}, {}, {}
   for i = 1, count do
     local a = head + 2 + 3 * (i - 1)
-    local known = tonumber(argv[a + 2])
+    local first, known = tonumber(argv[a]), tonumber(argv[a + 2])
     local l = math.floor(known / GROW_CAP)
-    sections[i] = { first = tonumber(argv[a]), pairs = tonumber(argv[a + 1]),
-      known = { l, known - l * GROW_CAP }, written = {}, added = 0 }
+    sections[i] = { first = first, pairs = tonumber(argv[a + 1]), kl = l, ks = known - l * GROW_CAP,
+      stamp = keys[first], record = keys[first + 1], written = {}, added = 0 }
+    names[2 * i - 1], names[2 * i] = keys[first], keys[first + 1]
   end
-  -- Each section's stamp and state, before anything is written; its splits sent (by the
-  -- new bucket's number: it names the split); the keys of its buckets.
+  -- Each section's stamp and state, before anything is written: all read at once; a
+  -- section missing either reads both again alone (MGET reads a key of another type
+  -- as missing, where GET refuses it).
+  local read = {}
+  for i = 1, #names, 1000 do
+    local got = rcall('MGET', unpack(names, i, math.min(i + 999, #names)))
+    for k = 1, #got do read[i + k - 1] = got[k] end
+  end
   for i = 1, count do
     local sec = sections[i]
-    local stamp, record = keys[sec.first], keys[sec.first + 1]
-    local have = rcall('GET', stamp)
+    local have, raw = read[2 * i - 1], read[2 * i]
+    if not (have and raw) then have, raw = rcall('GET', sec.stamp), nil end
     if have and have ~= want then
-      dedup_fail('STAMP', 'stamp ' .. stamp .. ' says the data beside it was written as ' .. have
-        .. ', this filter is ' .. want)
+      dedup_fail('STAMP', 'stamp ' .. sec.stamp .. ' says the data beside it was written as '
+        .. have .. ', this filter is ' .. want)
     end
-    sec.stamp, sec.record = stamp, record
-    sec.st = grow_state(record, stamp)
-    sec.refused = sec.st[1] ~= sec.known[1]
+    sec.have = have
+    sec.st = grow_state(sec.record, sec.stamp, raw)
+    sec.refused = sec.st[1] ~= sec.kl
     sec.high = 2 ^ sec.st[1]
-    sec.splits = {}
-    local l, s = sec.known[1], sec.known[2]
-    for p = 0, sec.pairs - 1 do
-      local k = sec.first + 2 + 2 * p
-      sec.splits[s + 2 ^ l] = { keys[k], keys[k + 1] }
-      l, s = grow_advanced(l, s, 1)
-    end
     local last = i < count and sections[i + 1].first - 1 or #keys
     for k = sec.first + 2 + 2 * sec.pairs, last do section_of[k] = sec end
+  end
+  -- The splits sent to a section (by the new bucket's number: it names the split).
+  local function splits_of(sec)
+    if not sec.splits then
+      sec.splits = {}
+      local l, s = sec.kl, sec.ks
+      for p = 0, sec.pairs - 1 do
+        local k = sec.first + 2 + 2 * p
+        sec.splits[s + 2 ^ l] = { keys[k], keys[k + 1] }
+        l, s = grow_advanced(l, s, 1)
+      end
+    end
+    return sec.splits
   end
   -- Each fingerprint's section and bucket: refused where the bucket it is in now is not
   -- the one the client named.
@@ -72,7 +85,7 @@ local function grow_add(keys, argv, head, width, kind)
     if not sec.refused then
       -- (the same level: the bucket differs where h mod 2^l lies between the pointers)
       local low = h % sec.high
-      if (low < sec.st[2]) ~= (low < sec.known[2]) then sec.refused = true end
+      if (low < sec.st[2]) ~= (low < sec.ks) then sec.refused = true end
     end
   end
   -- Every answer before any write (a bucket of another type, or a damaged value,
@@ -97,7 +110,7 @@ local function grow_add(keys, argv, head, width, kind)
   -- split hold hashes: checked before the first write, so that a key of another type
   -- refuses the call rather than lose what a split moves.
   local function next_split(sec)
-    return sec.splits[sec.st[2] + 2 ^ sec.st[1]]
+    return splits_of(sec)[sec.st[2] + 2 ^ sec.st[1]]
   end
   for i = 1, count do
     local sec = sections[i]
@@ -108,7 +121,7 @@ local function grow_add(keys, argv, head, width, kind)
     elseif not sec.refused and #sec.written > 0 then
       local l, s, total = st[1], st[2], st[3] + sec.added
       for _ = 1, #sec.written do
-        local sent = total > load * (2 ^ l + s) and sec.splits[s + 2 ^ l]
+        local sent = total > load * (2 ^ l + s) and splits_of(sec)[s + 2 ^ l]
         if not sent then break end
         dedup_check_type(sent[1], 'hash', 'bucket')
         dedup_check_type(sent[2], 'hash', 'bucket')
@@ -121,7 +134,10 @@ local function grow_add(keys, argv, head, width, kind)
     if sec.refused then
       out[j] = grow_again(sec.st)
     elseif out[j] == 0 then
-      dedup_stamp(sec.stamp, want)
+      if not sec.have then
+        rcall('SET', sec.stamp, want)
+        sec.have = want
+      end
       kind.write(key_of[j], field_of[j], at_of[j])
     end
   end
