@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import Any
 
 from ..exceptions import DedupConfigError, FilterMismatchError
@@ -200,9 +199,8 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
 
     def contents(self, info: Mapping[str, Any] | None = None) -> list[Contents]:
         info = self.info() if info is None else info
-        said = {f.name: info[f.name] for f in fields(GrowingBuckets)}
-        said["levels"] = [tuple(level) for level in said["levels"]]
-        buckets = GrowingBuckets(**said)
+        (buckets,) = GrowingCompactBackend.contents(self, info)
+        assert isinstance(buckets, GrowingBuckets)
         keys = self.expiry_keys(buckets.levels)
         sample = expiry_sample(self.server, keys, self.expiry_unit_ms)
         held = HashFields(

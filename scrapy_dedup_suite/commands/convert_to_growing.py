@@ -54,9 +54,10 @@ class Command(ConversionCommand):
         where DEDUP_BACKEND says hash), else compact's."""
         options = HashOptions.from_settings(settings)
         stored = stored_capacity(server, key, options.shards, "hash")
-        if stored is not None or (
-            self.backend_for(settings) == "hash"
-            and stored_capacity(server, key, options.shards) is None
-        ):
+        if stored is not None:
+            return GrowingHashConversion(server, key, options, found=stored, **how)
+        stored = stored_capacity(server, key, options.shards)
+        if stored is None and self.backend_for(settings) == "hash":
             return GrowingHashConversion(server, key, options, **how)
-        return GrowingConversion(server, key, CompactOptions.from_settings(settings), **how)
+        compact = CompactOptions.from_settings(settings)
+        return GrowingConversion(server, key, compact, found=stored, **how)

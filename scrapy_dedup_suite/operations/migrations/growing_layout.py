@@ -86,11 +86,16 @@ class GrowingConversion(InPlaceConversion):
     fed: GrowingCompactBackend
     keys: list[str]
 
-    def __init__(self, server: Any, key: str, options: Any, **how: Any) -> None:
-        """``options``: the backend's (CompactOptions, HashOptions): its groups; ``how``:
+    def __init__(
+        self, server: Any, key: str, options: Any, found: int | None = None, **how: Any
+    ) -> None:
+        """``options``: the backend's (CompactOptions, HashOptions): its groups;
+        ``found``: the capacity the caller just read from the stored filter
+        (:func:`stored_capacity`), for the first :meth:`plan` (None: read there); ``how``:
         see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
         super().__init__(server, key, **how)
         self.shards: int = options.shards
+        self._found = found
         self.source: CompactBackend | None = None
         self.target: GrowingCompactBackend | None = None
         #: Whether plan() found it switched and done with (sized buckets left behind).
@@ -120,7 +125,9 @@ class GrowingConversion(InPlaceConversion):
             plan = self._plan(source, target, "resume")
             plan.position = int(state.get("position", 0))
             return plan
-        stored = stored_capacity(self.server, self.key, self.shards, self.backend)
+        stored, self._found = self._found, None
+        if stored is None:
+            stored = stored_capacity(self.server, self.key, self.shards, self.backend)
         if stored is None:
             raise SourceError(self.no_source())
         if stored == 0:
