@@ -71,7 +71,8 @@ def check_layout(server: Any, backend: GrowingCompactBackend, written: set[str])
 
 # Two workers, each with what it learnt of the splits, on a small universe (repeats).
 OPS = st.lists(
-    st.tuples(st.integers(0, 1), st.sampled_from(["add", "add_many", "contains_many"]),
+    st.tuples(st.integers(0, 1),
+              st.sampled_from(["add", "add_many", "contains_many", "forget"]),
               st.lists(st.integers(0, 150), min_size=1, max_size=30)),
     min_size=1, max_size=25,
 )  # fmt: skip
@@ -94,8 +95,8 @@ def test_two_workers_splitting_it_answer_as_an_exact_set_and_keep_the_layout(
 
 
 def answered_as_a_set(backend: Any, op: str, fps: list[str], model: set[str]) -> set[str]:
-    """``op`` (add, add_many or contains_many) of ``fps``, its answers checked against the
-    exact ``model``; the model after it."""
+    """``op`` (add, add_many, contains_many or forget) of ``fps``, its answers checked
+    against the exact ``model``; the model after it."""
     if op == "add":
         for f in fps:
             assert backend.check_and_add(f) == (f in model)
@@ -107,6 +108,9 @@ def answered_as_a_set(backend: Any, op: str, fps: list[str], model: set[str]) ->
             batch.add(f)
         assert backend.check_and_add_many(fps) == expected
         model = batch
+    elif op == "forget":
+        assert backend.forget_many(fps) == len(set(fps) & model)
+        model = model - set(fps)
     else:
         assert op == "contains_many"
         assert backend.contains_many(fps) == [f in model for f in fps]

@@ -21,13 +21,13 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from ..exceptions import DedupBackendError
+from ..server import scripts
 from ..server.cluster import is_cluster, nodes_of
 from ..settings.options import CompactOptions
 from ..settings.table import check, default
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
-from .forget import remove
 from .growing import FieldNames, Growing, parse_level
 from .growing_report import GrowingBuckets
 from .keys import BATCH, as_str, chunks, memory_usage, meta_key, scan_keys
@@ -37,9 +37,6 @@ from .meta import MetaSpec, stored_parameters
 from .reports import Contents, FilterInfo, Holding
 
 logger = logging.getLogger(__name__)
-
-#: How many times forgetting is done again while levels change under it.
-FORGET_TRIES = 5
 
 
 def split_load(entries: int) -> int:
@@ -324,21 +321,33 @@ class GrowingCompactBackend(CompactKind):
     # -- operations --------------------------------------------------------------------
 
     def forget_many(self, fingerprints: Iterable[str]) -> int:
-        """HDEL from both buckets a fingerprint may be in at its group's level (a split
-        meanwhile moves fields between those two alone); again if a level changed, a
-        few times at most (what was removed stays removed; the count says how many)."""
-        fingerprints = list(fingerprints)
+        """Delete each fingerprint's field from both buckets it may be in at its group's
+        level, and count it off the group's level record in the same call
+        (lua/grow_forget.lua), so that the group splits by what it holds: a call per
+        group and BATCH fields, pipelined. A group found at another level deleted
+        nothing and is sent again at the level it answered (a few times at most)."""
+        layout = self.layout
+        by_group: dict[int, list[bytes]] = {}
+        for fingerprint in fingerprints:
+            group, field = layout.locate(fingerprint)
+            by_group.setdefault(group, []).append(field)
+        todo = [(group, part) for group, held in by_group.items() for part in chunks(held)]
         removed = 0
-        for _ in range(FORGET_TRIES):
-            before = self.levels()
-            members = []
-            for fingerprint in fingerprints:
-                group, field = self.layout.locate(fingerprint)
-                buckets = self.layout.candidates(group, field, before[group].level)
-                members += [(bucket, field) for bucket in buckets]
-            removed += remove(self.server, "HDEL", members)
-            if [g.level for g in self.levels()] == [g.level for g in before]:
-                break
+        for _ in range(layout.retries + 1):
+            if not todo:
+                return removed
+            calls = [layout.forget_call(group, part) for group, part in todo]
+            answers = scripts.run_many(self.server, layout.forget_script, calls)
+            again = []
+            for (group, part), answer in zip(todo, answers):
+                if layout.again(answer):
+                    layout.learn_group(group, answer)
+                    again.append((group, part))
+                else:
+                    removed += int(answer)
+            todo = again
+        if todo:
+            raise layout.again_error(self.name, self.key)
         return removed
 
     def count(self) -> int:

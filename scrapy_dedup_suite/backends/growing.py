@@ -78,6 +78,7 @@ class Growing(Layout):
 
     add_script = scripts.GROW_COMPACT_ADD
     contains_script = scripts.GROW_COMPACT_CONTAINS
+    forget_script = scripts.GROW_FORGET
     #: Calls made again while other workers split first (each learns the state anew).
     retries = 8
 
@@ -206,13 +207,25 @@ class Growing(Layout):
         low = h_of(field) % (1 << level)
         return [self.bucket_key(group, low), self.bucket_key(group, low + (1 << level))]
 
+    def forget_call(self, group: int, fields: Sequence[bytes]) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of lua/grow_forget.lua for ``fields`` of ``group``, at the
+        level known: each field's two :meth:`candidates`."""
+        level = self.known[group][0]
+        keys = [self.level_keys[group], self.stamp_keys[group]]
+        for field in fields:
+            keys += self.candidates(group, field, level)
+        return keys, [level, *fields]
+
     def again(self, answer: Any) -> bool:
         return isinstance(answer, int) and answer < MORE
 
     def learn(self, answers: Sequence[Any], fingerprints: Sequence[str]) -> None:
         for answer, fingerprint in zip(answers, fingerprints):
-            level, split = divmod(MORE - 1 - answer, POINTER_ROOM)
-            self.known[self.locate(fingerprint)[0]] = (level, split)
+            self.learn_group(self.locate(fingerprint)[0], answer)
+
+    def learn_group(self, group: int, answer: int) -> None:
+        """What an answer below ``MORE`` says of ``group``: its level and pointer."""
+        self.known[group] = divmod(MORE - 1 - answer, POINTER_ROOM)
 
     def grown(self, answer: int, fingerprint: str) -> None:
         """A call split the group of ``fingerprint`` once more, from the state this
