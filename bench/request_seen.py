@@ -35,7 +35,9 @@ from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 
-BACKENDS = ("set", "hash", "compact", "compact+growing", "bloom", "windowed-bloom")
+BACKENDS = (
+    "set", "hash", "hash+growing", "compact", "compact+growing", "bloom", "windowed-bloom"
+)  # fmt: skip
 
 
 class BenchSpider(scrapy.Spider):
@@ -77,11 +79,11 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
 
 def bench_settings(url: str, backend: str, n: int) -> dict[str, Any]:
     """A filter of ``backend`` sized for what a run of ``n`` requests offers
-    (``compact+growing``: compact with nothing sized, DEDUP_COMPACT_CAPACITY = 0)."""
-    growing = backend == "compact+growing"
+    (``compact+growing``, ``hash+growing``: nothing sized, DEDUP_COMPACT_CAPACITY = 0)."""
+    backend, _, growing = backend.partition("+")
     return {
         "REDIS_URL": url,
-        "DEDUP_BACKEND": "compact" if growing else backend,
+        "DEDUP_BACKEND": backend,
         "DEDUP_BLOOM_CAPACITY": 2 * n,
         "DEDUP_COMPACT_CAPACITY": 0 if growing else max(1_000, 2 * n),
     }
