@@ -1,4 +1,4 @@
--- include: prelude, stamp, grow
+-- include: prelude, grow
 -- The check-and-add of the growing layout (grow.lua), each fingerprint atomically,
 -- shared by compact's (an empty value: grow_compact_add.lua) and hash's (the value
 -- is the field's expiry: grow_hash_add.lua). What a value is, is the ``kind``'s:

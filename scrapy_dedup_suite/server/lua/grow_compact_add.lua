@@ -1,4 +1,4 @@
--- include: prelude, stamp, grow, grow_check
+-- include: prelude, grow, grow_check
 -- Check-and-record fingerprints in compact's growing layout (grow.lua, grow_check.lua),
 -- each one atomically; a field's value is empty.
 -- argv: as grow_add's, with nothing of the kind's: argv[1] the stamp's value, argv[2]

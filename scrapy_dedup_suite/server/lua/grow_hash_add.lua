@@ -1,4 +1,4 @@
--- include: prelude, stamp, grow, grow_check
+-- include: prelude, grow, grow_check
 -- Check-and-record fingerprints with an expiry in the growing layout (grow.lua,
 -- grow_check.lua), each one atomically, on the server's clock: a field's value is its
 -- expiry (in the unit argv[3] says: 1000 for Unix seconds, rounded up), which the
