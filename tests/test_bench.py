@@ -98,7 +98,7 @@ def test_request_seen_bench_runs(redis_server):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
-    ours = ["set", "hash", "compact", "compact+growing", "bloom", "windowed-bloom"]
+    ours = ["set", "hash", "hash+growing", "compact", "compact+growing", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
     assert "(1.00x)" in proc.stdout
 
@@ -171,6 +171,7 @@ def test_request_seen_bench_counts_python_calls(redis_server):
         "scrapy-redis",
         "set",
         "hash",
+        "hash+growing",
         "compact",
         "compact+growing",
         "bloom",
