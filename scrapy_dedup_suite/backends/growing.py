@@ -132,11 +132,7 @@ class Growing(Layout):
         """A call's group: the bucket the fingerprint is in at the level and pointer
         known (``group + shards * bucket``); its argument: its field."""
         group, field = self.locate(fingerprint)
-        level, split = self.known[group]
-        h = int.from_bytes(field[4:8], "big")  # (h_of and bucket_of, inline: the hot path)
-        bucket = h & ((1 << level) - 1)
-        if bucket < split:
-            bucket = h & ((2 << level) - 1)
+        bucket = bucket_of(h_of(field), *self.known[group])
         return group + self.shards * bucket, [field]
 
     def keys(self, group: int, context: Any) -> list[str]:
