@@ -59,12 +59,16 @@ SCRAPY = {
 
 class HostsSite:
     """``/page/N`` for N < pages, page N on host ``host_of(N)``, linking to its
-    children by absolute URL; ``arrivals[host]``: when each request came; ``most[host]``:
-    the most requests it was answering at once (each answer takes ``pause`` s)."""
+    children by absolute URL; ``arrivals[host]``: when each request came; ``sent[host]``:
+    when each was sent, as its sender's ``X-Sent`` header says (``time.monotonic()``,
+    one clock for every process on this machine), for requests that carry one;
+    ``most[host]``: the most requests it was answering at once (each answer takes
+    ``pause`` s)."""
 
     def __init__(self, pages: int, hosts: int, pause: float = 0.0) -> None:
         self.pages, self.hosts, self.pause = pages, hosts, pause
         self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.sent: dict[int, list[float]] = defaultdict(list)
         self.answering: dict[int, int] = defaultdict(int)
         self.most: dict[int, int] = defaultdict(int)
         self.lock = threading.Lock()
@@ -89,8 +93,11 @@ class HostsSite:
                 if self.path == "/robots.txt":
                     self.robots_txt()
                     return
+                sent = self.headers.get("X-Sent")
                 with site.lock:
                     site.arrivals[host].append(time.monotonic())
+                    if sent is not None:
+                        site.sent[host].append(float(sent))
                     site.answering[host] += 1
                     site.most[host] = max(site.most[host], site.answering[host])
                 try:
@@ -146,6 +153,7 @@ class HostsSite:
     def reset(self) -> None:
         with self.lock:
             self.arrivals.clear()
+            self.sent.clear()
             self.most.clear()
 
     def stop(self) -> None:

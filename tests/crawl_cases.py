@@ -12,6 +12,9 @@ each page parsed ("p N") and each request scheduled ("s N") is appended there at
 once, so a killed crawl leaves what it did. ``block``: ``{"page": N, "until": path,
 "seconds": S}``: page N's callback blocks the reactor (a slow synchronous call) until
 the file at ``path`` says "p N" (another worker parsed it too) or S seconds passed.
+Each request is sent with an ``X-Sent`` header: ``time.monotonic()`` when Scrapy's
+downloader took it (``request_reached_downloader``, the frontier's send time), so a
+site can tell the crawl's spacing from its own clock's delays in noting arrivals.
 The spider middlewares below stand for what a project may put after
 BatchDedupMiddleware.
 """
@@ -114,7 +117,11 @@ class CaseSpider(scrapy.Spider):
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
         crawler.signals.connect(spider.scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(spider.reached, signal=signals.request_reached_downloader)
         return spider
+
+    def reached(self, request, spider=None) -> None:
+        request.headers[b"X-Sent"] = f"{time.monotonic():.6f}"
 
     def scheduled(self, request, spider=None) -> None:
         self.note(f"s {int(request.url.rsplit('/', 1)[1])}")
