@@ -87,6 +87,9 @@ def test_a_worker_left_on_the_sized_layout_is_refused_and_opens_it_growing(serve
     with pytest.raises(redis.ResponseError) as refused:
         old.check_and_add_many(fingerprints(20, "late"))
     assert code_of(refused.value) == "dedup:STAMP"
+    said = str(refused.value)  # (the stamp's key, what it says, what this worker's filter is)
+    assert "says the data beside it was written as backend=compact;" in said
+    assert "sized_for=0;" in said and f"this filter is {old.stamp}" in said
     assert reopened(server).contains_many(fps[:200]) == [True] * 200
 
 

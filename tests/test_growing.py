@@ -28,7 +28,7 @@ from scrapy_dedup_suite.exceptions import (
     FilterMismatchError,
 )
 from scrapy_dedup_suite.server.cluster import is_cluster, masters
-from scrapy_dedup_suite.server.failures import translate
+from scrapy_dedup_suite.server.failures import code_of, translate
 
 ON_CLUSTER = True
 
@@ -331,5 +331,28 @@ def test_a_key_of_another_type_in_place_of_a_stamp_or_level_record_refuses_befor
         backend.check_and_add_many(fps)
     assert server.lrange(key, 0, -1) == [b"foreign"]
     assert not server.exists(layout.bucket_key(0, 0))
+    if not is_cluster(server):  # (one call for both groups)
+        assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before
+
+
+def test_a_group_stamped_by_another_filter_is_refused_naming_both_before_writing(server):
+    """A group's stamp that says other parameters (another program, a filter of another
+    load at the same key): the call is refused (STAMP) with the stamp's key, what it
+    says and what this filter is, per request and batched, and nothing is written."""
+    backend = growing(server, shards=2, load=2)
+    layout = backend.layout
+    fps = [fp(i) for i in range(20)]
+    backend.check_and_add_many(fps[:4])
+    other = backend.stamp.replace("load=2", "load=9")
+    assert other != backend.stamp
+    server.set(layout.stamp_keys[0], other)
+    first = next(f for f in fps[4:] if layout.locate(f)[0] == 0)
+    before = {k: server.dump(k) for k in scan_keys(server, "{t:dedup")}
+    said = f"stamp {layout.stamp_keys[0]} says the data beside it was written as {other}, "
+    for call in (lambda: backend.check_and_add(first), lambda: backend.check_and_add_many(fps)):
+        with pytest.raises(redis.ResponseError) as refused:
+            call()
+        assert code_of(refused.value) == "dedup:STAMP"
+        assert f"{said}this filter is {backend.stamp}" in str(refused.value)
     if not is_cluster(server):  # (one call for both groups)
         assert {k: server.dump(k) for k in scan_keys(server, "{t:dedup")} == before

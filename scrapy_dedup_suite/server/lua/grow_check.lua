@@ -47,8 +47,7 @@ local function grow_add(keys, argv, head, width, kind)
     local have, raw = read[2 * i - 1], read[2 * i]
     if not (have and raw) then have, raw = rcall('GET', sec.stamp), nil end
     if have and have ~= want then
-      dedup_fail('STAMP', 'stamp ' .. sec.stamp .. ' says the data beside it was written as '
-        .. have .. ', this filter is ' .. want)
+      dedup_stamp_mismatch(sec.stamp, have, want)
     end
     sec.have = have
     sec.st = grow_state(sec.record, sec.stamp, raw)

@@ -23,6 +23,12 @@ local function dedup_fail(code, message)
   error(text, 0)
 end
 
+-- Refuse (STAMP) the data beside stamp ``key``: it says ``have``, this filter is ``want``.
+local function dedup_stamp_mismatch(key, have, want)
+  dedup_fail('STAMP', 'stamp ' .. key .. ' says the data beside it was written as ' .. have
+    .. ', this filter is ' .. want)
+end
+
 -- The server's clock in Unix milliseconds: every worker and the janitor agree on it.
 local function dedup_now_ms()
   local t = rcall('TIME')

@@ -13,8 +13,7 @@ local function dedup_stamp(key, want)
     rcall('SET', key, want)
     return
   end
-  dedup_fail('STAMP', 'stamp ' .. key .. ' says the data beside it was written as ' .. have
-    .. ', this filter is ' .. want)
+  dedup_stamp_mismatch(key, have, want)
 end
 
 -- Refuse, before anything is written, a call whose groups of ``size`` keys of
@@ -28,8 +27,7 @@ local function dedup_check_stamps(keys, size, want)
     local have = not read[keys[g]] and rcall('GET', keys[g])
     read[keys[g]] = true
     if have and have ~= want then
-      dedup_fail('STAMP', 'stamp ' .. keys[g] .. ' says the data beside it was written as ' .. have
-        .. ', this filter is ' .. want)
+      dedup_stamp_mismatch(keys[g], have, want)
     end
   end
 end

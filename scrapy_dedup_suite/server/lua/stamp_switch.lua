@@ -10,8 +10,7 @@ dedup_check_type(KEYS[1], 'string', 'stamp')
 local have = rcall('GET', KEYS[1])
 if have == ARGV[2] then return 0 end
 if have and have ~= ARGV[1] then
-  dedup_fail('STAMP', 'stamp ' .. KEYS[1] .. ' says the data beside it was written as ' .. have
-    .. ', not ' .. ARGV[1])
+  dedup_stamp_mismatch(KEYS[1], have, ARGV[1])
 end
 rcall('SET', KEYS[1], ARGV[2])
 return 1
