@@ -193,8 +193,8 @@ def test_two_workers_keep_each_host_s_delay_as_one_process_does(tmp_path, hosts,
     the Cluster too, where a host's requests are recorded in many shards and wait in
     its home shard (test_frontier_homes.py). Sent: when each worker's downloader took
     the request (its ``X-Sent``, one clock for both), which is what the frontier spaces;
-    the host notes an arrival when its thread gets to it, which on a machine with both
-    cores busy came 0.2 s late for one request and made the next look early (its gaps
+    the host notes an arrival when its thread gets to it, and with both cores busy the
+    arrivals once came 1.79 s apart, which one arrival noted late would make (their gaps
     are in the message). (FRONTIER_POLITENESS off, two workers sent the big host's pages
     0.07 s apart; on the Cluster before hosts had homes, each shard kept the delay on
     its own: 0.008 s apart.)"""
