@@ -10,7 +10,8 @@ the crawl (Scrapy's elapsed_time_seconds). Rows:
 
 - ``memory``: Scrapy's in-memory dupefilter (the ceiling);
 - ``scrapy-redis``: scrapy-redis's dupefilter, one SADD per request;
-- ``<backend>``: ours, one round trip per request;
+- ``<backend>``: ours, one round trip per request (``compact`` with its default
+  capacity; ``compact+growing``, ``hash+growing``: with nothing sized);
 - ``<backend> batched``: ours with BatchDedupMiddleware, one round trip per page;
 - with ``--schedulers``, the queue in Redis too: ``sr scheduler`` (scrapy-redis's
   scheduler and dupefilter), ``sr scheduler, <backend> batched`` (its scheduler, our
@@ -54,6 +55,8 @@ from pathlib import Path
 import redis
 
 from scrapy_dedup_suite.embedded import EmbeddedRedis, free_port, server_binary
+
+from .backend_rows import our_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 MIDDLEWARE = {"scrapy_dedup_suite.middleware.BatchDedupMiddleware": 50}
@@ -169,7 +172,7 @@ def scheduler_rows(backends: list[str], pages: int) -> list[tuple[str, dict]]:
     """The rows with the queue in Redis (``--schedulers``)."""
     rows: list[tuple[str, dict]] = [("sr scheduler", SR_SCHEDULER)]
     for backend in backends:
-        ours = {"DEDUP_BACKEND": backend, "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * pages)}
+        ours = {**our_backend(backend), "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * pages)}
         batched = {**ours, "SPIDER_MIDDLEWARES": MIDDLEWARE}
         rows.append(
             (
@@ -277,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--links", type=int, default=50)
     parser.add_argument("--latency", default="0,0.5,1", help="ms added per round trip, listed")
-    parser.add_argument("--backends", default="bloom", help="our backends, listed (set, bloom...)")
+    parser.add_argument(
+        "--backends",
+        default="bloom",
+        help="our backends, listed (set, bloom, compact, compact+growing: nothing sized...)",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="CONCURRENT_REQUESTS")
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
     parser.add_argument(
@@ -414,7 +421,7 @@ def measure(
             for backend in backends:
                 ours = {
                     "DUPEFILTER_CLASS": "scrapy_dedup_suite.dupefilter.RFPDupeFilter",
-                    "DEDUP_BACKEND": backend,
+                    **our_backend(backend),
                     "DEDUP_BLOOM_CAPACITY": max(10_000, 2 * pages),
                 }
                 configs.append((backend, ours))

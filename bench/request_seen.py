@@ -35,6 +35,8 @@ from scrapy_redis.dupefilter import RFPDupeFilter as ScrapyRedisDupeFilter
 from scrapy_dedup_suite.dupefilter import RFPDupeFilter
 from scrapy_dedup_suite.embedded import EmbeddedRedis, server_binary
 
+from .backend_rows import our_backend
+
 BACKENDS = (
     "set", "hash", "hash+growing", "compact", "compact+growing", "bloom", "windowed-bloom"
 )  # fmt: skip
@@ -80,12 +82,11 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
 def bench_settings(url: str, backend: str, n: int) -> dict[str, Any]:
     """A filter of ``backend`` sized for what a run of ``n`` requests offers
     (``compact+growing``, ``hash+growing``: nothing sized, DEDUP_COMPACT_CAPACITY = 0)."""
-    backend, _, growing = backend.partition("+")
     return {
         "REDIS_URL": url,
-        "DEDUP_BACKEND": backend,
         "DEDUP_BLOOM_CAPACITY": 2 * n,
-        "DEDUP_COMPACT_CAPACITY": 0 if growing else max(1_000, 2 * n),
+        "DEDUP_COMPACT_CAPACITY": max(1_000, 2 * n),
+        **our_backend(backend),
     }
 
 

@@ -239,6 +239,31 @@ def test_crawl_bench_repeats_rounds_and_keeps_the_rows_asked_for(redis_server):
     assert 0 < float(low) <= float(high), out.stdout  # the range of the two rounds' ratios
 
 
+@pytest.mark.single_server
+def test_a_growing_row_of_the_crawl_bench_crawls_a_growing_filter(redis_server, server):
+    """``--backends compact,compact+growing``: the second is compact with nothing
+    sized (a filter with that row's settings opens growing; the first, sized), and
+    both are crawled; a name that is no row is refused."""
+    from scrapy.settings import Settings
+
+    from bench.backend_rows import our_backend
+    from scrapy_dedup_suite.backends import build_backend
+    from scrapy_dedup_suite.backends.growing import Growing
+
+    for name, growing in (("compact", False), ("compact+growing", True), ("hash+growing", True)):
+        backend = build_backend(Settings(our_backend(name)), "s", server=server, key=name)
+        backend.open()
+        assert isinstance(backend.layout, Growing) is growing, name
+    with pytest.raises(ValueError, match="compact\\+sized"):
+        our_backend("compact+sized")
+    out = run_bench(
+        "bench.crawl", "--pages", "40", "--links", "4", "--latency", "0",
+        "--backends", "compact,compact+growing", "--server", redis_server.binary,
+    )  # fmt: skip
+    crawled = {line.split()[0] for line in out.stdout.splitlines() if "pages/s (" in line}
+    assert {"compact", "compact+growing"} <= crawled, out.stdout
+
+
 def test_frontier_start_bench_runs(redis_server):
     out = run_bench(
         "bench.frontier_start", "--trials", "1", "--pages", "200", "--server", redis_server.binary
