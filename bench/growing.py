@@ -3,7 +3,7 @@ from empty to N fingerprints, as a crawl fills it: what a fingerprint costs at e
 of ten on the way, and what its splits cost.
 
     python -m bench.growing [--fingerprints 10000000] [--server BINARY] [--batch 1000]
-                            [--one-by-one 100000] [--backend compact|hash]
+                            [--one-by-one 100000] [--backend compact|hash] [--groups 16]
 
 The filter is built from settings on a server of its own and filled in batches of
 --batch (the batch path: the middleware's, a migration's), then --one-by-one more
@@ -16,7 +16,8 @@ shows too), each divided by the count. Then each path's calls, timed by the clie
 (median, 99th percentile, slowest), the server's SLOWLOG of calls over 1 ms during the
 fill (harvested as it goes: what it keeps is memory too), and each group's level at the
 end; a bucket that left the compact encoding is counted at each power of ten (none is
-the goal).
+the goal). ``--groups``: DEDUP_HASH_SHARDS, the groups of buckets (the default's 16: a
+Cluster's spread, and the keys every group keeps however little it holds).
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ def checkpoint(client: redis.Redis, backend: GrowingCompactBackend, n: int, base
     )
 
 
-def run(binary: str, n: int, batch: int, one_by_one: int, name: str = "compact") -> None:
+def run(
+    binary: str, n: int, batch: int, one_by_one: int, name: str = "compact", groups: int = 16
+) -> None:
     with EmbeddedRedis(binary=binary) as server:
         client = redis.Redis(port=server.port)
         info = client.info("server")
@@ -89,7 +92,9 @@ def run(binary: str, n: int, batch: int, one_by_one: int, name: str = "compact")
         client.slowlog_reset()
         slow: list[int] = []
         base = memory(client)
-        settings = Settings({"DEDUP_BACKEND": name, "DEDUP_COMPACT_CAPACITY": 0})
+        settings = Settings(
+            {"DEDUP_BACKEND": name, "DEDUP_COMPACT_CAPACITY": 0, "DEDUP_HASH_SHARDS": groups}
+        )
         backend = build_backend(settings, "bench", server=client, key="bench")
         assert isinstance(backend, GrowingCompactBackend)
         backend.open()
@@ -133,9 +138,12 @@ def main() -> None:
     parser.add_argument("--one-by-one", type=int, default=100_000, metavar="N")
     parser.add_argument("--server", help="the server binary (default: redis-server on PATH)")
     parser.add_argument("--backend", choices=["compact", "hash"], default="compact")
+    parser.add_argument("--groups", type=int, default=16, help="DEDUP_HASH_SHARDS")
     args = parser.parse_args()
+    if args.groups < 1:
+        parser.error("--groups must be at least 1")
     binary = args.server or shutil.which("redis-server") or server_binary()
-    run(binary, args.fingerprints, args.batch, args.one_by_one, args.backend)
+    run(binary, args.fingerprints, args.batch, args.one_by_one, args.backend, args.groups)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_bench_smoke_run(tmp_path, redis_server):
 def test_growing_bench_fills_a_filter_and_says_each_power_of_ten(redis_server):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.growing", "--fingerprints", "10000", "--batch", "500",
-         "--one-by-one", "300", "--server", redis_server.binary],
+         "--one-by-one", "300", "--groups", "4", "--server", redis_server.binary],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -74,6 +74,7 @@ def test_growing_bench_fills_a_filter_and_says_each_power_of_ten(redis_server):
     assert all("0 hashtable(s)" in line for line in said)
     assert "batches of 500: median" in proc.stdout and "over 300 calls" in proc.stdout
     assert "SLOWLOG:" in proc.stdout and "levels and split pointers" in proc.stdout
+    assert ", 4 groups" in proc.stdout, proc.stdout  # (--groups: DEDUP_HASH_SHARDS)
 
 
 def test_convert_growing_bench_converts_and_checks_every_fingerprint(redis_server):
