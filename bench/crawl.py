@@ -313,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--latency must list numbers of ms, e.g. 0,0.5,1; got {opts.latency!r}")
     backends = [b.strip() for b in opts.backends.split(",") if b.strip()]
+    for backend in backends:
+        try:
+            our_backend(backend)
+        except ValueError as exc:
+            parser.error(f"--backends: {exc}")
     binary = opts.server or shutil.which("redis-server") or server_binary()
     print(f"{opts.pages:,} pages x {opts.links} links, CONCURRENT_REQUESTS={opts.concurrency}")
     schedulers = "only" if opts.only_schedulers else opts.schedulers

@@ -257,6 +257,12 @@ def test_a_growing_row_of_the_crawl_bench_crawls_a_growing_filter(redis_server, 
         assert isinstance(backend.layout, Growing) is growing, name
     with pytest.raises(ValueError, match="compact\\+sized"):
         our_backend("compact+sized")
+    refused = subprocess.run(
+        [sys.executable, "-m", "bench.crawl", "--backends", "compact,compact+sized"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--backends: 'compact+sized'" in refused.stderr
     out = run_bench(
         "bench.crawl", "--pages", "40", "--links", "4", "--latency", "0",
         "--backends", "compact,compact+growing", "--server", redis_server.binary,
