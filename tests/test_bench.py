@@ -240,7 +240,6 @@ def test_crawl_bench_repeats_rounds_and_keeps_the_rows_asked_for(redis_server):
     assert 0 < float(low) <= float(high), out.stdout  # the range of the two rounds' ratios
 
 
-@pytest.mark.single_server
 def test_a_growing_row_of_the_crawl_bench_crawls_a_growing_filter(redis_server, server):
     """``--backends compact,compact+growing``: the second is compact with nothing
     sized (a filter with that row's settings opens growing; the first, sized), and

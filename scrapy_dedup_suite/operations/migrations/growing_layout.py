@@ -116,7 +116,7 @@ class GrowingConversion(InPlaceConversion):
     # -- checks ----------------------------------------------------------------------------
 
     def plan(self) -> GrowingPlan:
-        found, self._found = self._found, None  # (the first plan's only: it may be stale)
+        stored, self._found = self._found, None  # (the first plan's only: it may be stale)
         state = self.read_state()
         if self._under_way:
             self.same_settings({"DEDUP_HASH_SHARDS": (int(state["shards"]), self.shards)})
@@ -126,7 +126,6 @@ class GrowingConversion(InPlaceConversion):
             plan = self._plan(source, target, "resume")
             plan.position = int(state.get("position", 0))
             return plan
-        stored = found
         if stored is None:
             stored = stored_capacity(self.server, self.key, self.shards, self.backend)
         if stored is None:
