@@ -3,7 +3,7 @@ from empty to N fingerprints, as a crawl fills it: what a fingerprint costs at e
 of ten on the way, and what its splits cost.
 
     python -m bench.growing [--fingerprints 10000000] [--server BINARY] [--batch 1000]
-                            [--one-by-one 100000] [--backend compact|hash] [--groups 16]
+                            [--one-by-one 100000] [--backend compact|hash] [--groups G]
 
 The filter is built from settings on a server of its own and filled in batches of
 --batch (the batch path: the middleware's, a migration's), then --one-by-one more
@@ -16,8 +16,9 @@ shows too), each divided by the count. Then each path's calls, timed by the clie
 (median, 99th percentile, slowest), the server's SLOWLOG of calls over 1 ms during the
 fill (harvested as it goes: what it keeps is memory too), and each group's level at the
 end; a bucket that left the compact encoding is counted at each power of ten (none is
-the goal). ``--groups``: DEDUP_HASH_SHARDS, the groups of buckets (the default's 16: a
-Cluster's spread, and the keys every group keeps however little it holds).
+the goal). ``--groups``: DEDUP_HASH_SHARDS, the groups of buckets (unset by default: a
+new growing filter on one server gets 4; every group keeps its keys however little it
+holds, and on a Cluster is a slot of the filter's spread).
 """
 
 from __future__ import annotations
@@ -80,7 +81,12 @@ def checkpoint(client: redis.Redis, backend: GrowingCompactBackend, n: int, base
 
 
 def run(
-    binary: str, n: int, batch: int, one_by_one: int, name: str = "compact", groups: int = 16
+    binary: str,
+    n: int,
+    batch: int,
+    one_by_one: int,
+    name: str = "compact",
+    groups: int | None = None,
 ) -> None:
     with EmbeddedRedis(binary=binary) as server:
         client = redis.Redis(port=server.port)
@@ -138,9 +144,9 @@ def main() -> None:
     parser.add_argument("--one-by-one", type=int, default=100_000, metavar="N")
     parser.add_argument("--server", help="the server binary (default: redis-server on PATH)")
     parser.add_argument("--backend", choices=["compact", "hash"], default="compact")
-    parser.add_argument("--groups", type=int, default=16, help="DEDUP_HASH_SHARDS")
+    parser.add_argument("--groups", type=int, help="DEDUP_HASH_SHARDS (default: unset)")
     args = parser.parse_args()
-    if args.groups < 1:
+    if args.groups is not None and args.groups < 1:
         parser.error("--groups must be at least 1")
     binary = args.server or shutil.which("redis-server") or server_binary()
     run(binary, args.fingerprints, args.batch, args.one_by_one, args.backend, args.groups)

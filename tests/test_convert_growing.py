@@ -14,7 +14,8 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import BloomBackend, build_backend
 from scrapy_dedup_suite.backends.compact import CompactBackend
-from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend, stored_capacity
+from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend
+from scrapy_dedup_suite.backends.groups import StoredShape, stored_shape
 from scrapy_dedup_suite.backends.growing import bucket_of, h_of
 from scrapy_dedup_suite.core.bloom_math import BloomParams
 from scrapy_dedup_suite.operations.migrations.errors import TargetError
@@ -59,9 +60,10 @@ def test_the_growing_filter_answers_what_the_sized_one_answered(server):
     fresh = fingerprints(2000, "new")
     before = old.contains_many(fps + fresh)
 
-    report = GrowingConversion(server, KEY, options(), batch=100).run()
+    # DEDUP_HASH_SHARDS unset: the filter's groups (4, where a new one would get 16).
+    report = GrowingConversion(server, KEY, options(DEDUP_HASH_SHARDS=None), batch=100).run()
 
-    assert stored_capacity(server, KEY, 4) == 0
+    assert stored_shape(server, KEY, 4) == StoredShape(0, 4)
     new = reopened(server)
     assert new.grouped_by == old.buckets
     assert new.contains_many(fps + fresh) == before
@@ -122,7 +124,7 @@ def test_an_interrupted_conversion_goes_on_where_it_stopped(server):
     with pytest.raises(Stop):
         GrowingConversion(server, KEY, options(), batch=100, progress=stop_after_a_few).run()
     # Switched already: a crawler started now opens the growing filter.
-    assert stored_capacity(server, KEY, 4) == 0
+    assert stored_shape(server, KEY, 4) == StoredShape(0, 4)
     state = server.hgetall(f"{KEY}:migration")
     assert state[b"mode"] == b"convert-to-growing"
     saved = int(state[b"position"])
@@ -131,8 +133,8 @@ def test_an_interrupted_conversion_goes_on_where_it_stopped(server):
     # Other groups than the conversion's are refused, with what to set...
     with pytest.raises(TargetError, match="Set DEDUP_HASH_SHARDS = 4"):
         GrowingConversion(server, KEY, options(DEDUP_HASH_SHARDS=8)).plan()
-    # ... and the conversion goes on from the bucket it saved.
-    rerun = GrowingConversion(server, KEY, options(), verify="all")
+    # ... and the conversion goes on from the bucket it saved (the groups unset: its own).
+    rerun = GrowingConversion(server, KEY, options(DEDUP_HASH_SHARDS=None), verify="all")
     plan = rerun.plan()
     assert (plan.state, plan.position) == ("resume", saved)
     report = rerun.run()
@@ -149,7 +151,7 @@ def test_nothing_to_convert_in_a_filter_created_growing(server):
     new = build_backend(Settings({**SETTINGS, "DEDUP_COMPACT_CAPACITY": 0}), "t", server, KEY)
     new.open()
     new.add_many(fingerprints(100))
-    report = GrowingConversion(server, KEY, options()).run()
+    report = GrowingConversion(server, KEY, options(DEDUP_HASH_SHARDS=None)).run()
     assert report.plan.state == "done"
     assert "nothing to convert" in report.summary()
 

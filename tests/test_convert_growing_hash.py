@@ -13,7 +13,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import build_backend
-from scrapy_dedup_suite.backends.compact_growing import stored_capacity
+from scrapy_dedup_suite.backends.groups import StoredShape, stored_shape
 from scrapy_dedup_suite.backends.hash_buckets import HashBucketsBackend
 from scrapy_dedup_suite.backends.hash_growing import GrowingHashBackend
 from scrapy_dedup_suite.operations.migrations.errors import TargetError
@@ -79,9 +79,10 @@ def test_it_answers_what_the_sized_one_answered_and_keeps_each_expiry(server):
     assert before == [True] * (len(fps) - 100) + [False] * 1100
     expiries = {f: sized_expiry(server, old, f) for f in fps[:50] + fps[-200:-100]}
 
-    report = GrowingHashConversion(server, KEY, options(), batch=100).run()
+    # DEDUP_HASH_SHARDS unset: the filter's groups (4, where a new one would get 16).
+    report = GrowingHashConversion(server, KEY, options(DEDUP_HASH_SHARDS=None), batch=100).run()
 
-    assert stored_capacity(server, KEY, 4, "hash") == 0
+    assert stored_shape(server, KEY, 4, "hash") == StoredShape(0, 4)
     new = reopened(server)
     assert new.grouped_by == old.buckets
     assert new.contains_many(fps + fresh) == before

@@ -244,6 +244,38 @@ def test_a_growing_filter_opened_with_a_capacity_keeps_growing(server):
     assert "DEDUP_COMPACT_CAPACITY = 0" in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["compact", "hash"])
+def test_unset_groups_are_the_filter_s_own_else_4_growing_on_one_server_16_on_a_cluster(
+    server, name
+):
+    """DEDUP_HASH_SHARDS unset: a new growing filter gets 4 groups on one server (a group
+    spreads nothing there and costs its keys), 16 on a Cluster (a group is a slot), a
+    sized one 16; an existing filter keeps its own, by its record or (lost) its stamps,
+    and answers for what it holds; a setting that differs is refused as before."""
+
+    def opened(key: str, **values: Any) -> Any:
+        settings = Settings({"DEDUP_BACKEND": name, **values})
+        backend = build_backend(settings, "t", server, key)
+        backend.open()
+        return backend
+
+    assert opened("t:new", DEDUP_COMPACT_CAPACITY=0).shards == (16 if is_cluster(server) else 4)
+    assert opened("t:sized", DEDUP_COMPACT_CAPACITY=5_000).shards == 16
+    fps = [fp(i) for i in range(200)]
+    for capacity in (0, 5_000):
+        key = f"t:eight:{capacity}"
+        opened(key, DEDUP_COMPACT_CAPACITY=capacity, DEDUP_HASH_SHARDS=8).add_many(fps[:100])
+        for lost_record in (False, True):
+            if lost_record:
+                server.delete(f"{key}:meta")
+            kept = opened(key, DEDUP_COMPACT_CAPACITY=0)
+            assert (kept.shards, kept.capacity) == (8, capacity), lost_record
+            assert kept.contains_many(fps[:100]) == [True] * 100
+            assert kept.contains_many(fps[100:]) == [False] * 100
+        with pytest.raises(FilterMismatchError, match="DEDUP_HASH_SHARDS"):
+            opened(key, DEDUP_COMPACT_CAPACITY=capacity, DEDUP_HASH_SHARDS=16)
+
+
 @pytest.mark.single_server
 def test_a_capacity_below_1000_is_refused_naming_what_is_accepted(server):
     with pytest.raises(DedupConfigError, match=r"must be 0 \(no capacity") as info:

@@ -42,11 +42,12 @@ from ..exceptions import DedupConfigError
 from ..server import scripts
 from ..server.cluster import is_cluster, nodes_of
 from ..settings.options import CompactOptions
-from ..settings.table import check, default
+from ..settings.table import GROUPS, check, default
 from . import admission
 from .base import DedupBackend
-from .compact_growing import CompactKind, GrowingCompactBackend, held_buckets, stored_capacity
+from .compact_growing import CompactKind, GrowingCompactBackend, held_buckets
 from .forget import remove
+from .groups import groups_for, stored_shape
 from .keys import BATCH, as_str, chunks, keys_held, memory_usage, meta_key, scan_keys
 from .layout import BUCKET_BYTES, FIELD_BYTES, Buckets
 from .listpack import BYTES_PER_FINGERPRINT, UNKNOWN_LISTPACK_ENTRIES, listpack_limits
@@ -94,7 +95,7 @@ class CompactBackend(CompactKind):
         key: str,
         *,
         capacity: int = default("DEDUP_COMPACT_CAPACITY"),
-        shards: int = default("DEDUP_HASH_SHARDS"),
+        shards: int = GROUPS,
         buckets: int | None = None,
     ) -> None:
         """``buckets``: None for the count the stored filter was created with, or (a new
@@ -123,17 +124,20 @@ class CompactBackend(CompactKind):
         """DEDUP_COMPACT_CAPACITY 0: the growing layout for a new filter; a capacity: the
         sized layout. A stored filter keeps its layout, as its record (else its stamps)
         says: sized with its capacity when the setting is 0, growing whatever the
-        setting (converted, ``scrapy convert-to-growing``, under a running crawl). No
-        Redis (a settings check): the settings are checked only."""
+        setting (converted, ``scrapy convert-to-growing``, under a running crawl), and
+        its groups where DEDUP_HASH_SHARDS is unset (:mod:`.groups`). No Redis (a
+        settings check): the settings are checked only."""
         options = CompactOptions.from_settings(settings)
         capacity = options.capacity
+        stored = None
         if cls is CompactBackend and server is not None:
-            stored = stored_capacity(server, key, options.shards)
-            if stored == 0 or (stored is not None and capacity == 0):
-                capacity = stored
+            stored = stored_shape(server, key, options.shards)
+            if stored is not None and (stored.capacity == 0 or capacity == 0):
+                capacity = stored.capacity
+        shards = groups_for(server, options.shards, stored, capacity == 0)
         if capacity == 0 and cls is CompactBackend:
-            return GrowingCompactBackend(server, key, shards=options.shards)
-        return cls(server, key, capacity=capacity, shards=options.shards)
+            return GrowingCompactBackend(server, key, shards=shards)
+        return cls(server, key, capacity=capacity, shards=shards)
 
     def with_key(self, key: str) -> DedupBackend:
         return CompactBackend(self.server, key, capacity=self.capacity, shards=self.shards)

@@ -24,10 +24,11 @@ from ..exceptions import DedupBackendError
 from ..server import scripts
 from ..server.cluster import is_cluster, nodes_of
 from ..settings.options import CompactOptions
-from ..settings.table import check, default
+from ..settings.table import GROUPS, check
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
 from .clearing import delete_if_type
+from .groups import groups_for, stored_shape
 from .growing import FieldNames, Growing, parse_level
 from .growing_report import GrowingBuckets
 from .keys import BATCH, as_str, chunks, memory_usage, meta_key, scan_keys
@@ -46,18 +47,6 @@ def split_load(entries: int) -> int:
     ``entries``."""
     root = (-5 + math.sqrt(25 + 4 * entries)) / 2
     return max(1, int(root * root / 2))
-
-
-def stored_capacity(server: Any, key: str, shards: int, backend: str = "compact") -> int | None:
-    """The capacity the filter of buckets at ``key`` (``backend``'s: compact, or hash's
-    buckets) was sized for, by its record, else by its stamps; 0 for a growing filter;
-    None when none is stored."""
-    stamps = Growing(key, shards, 0).stamp_keys
-    for said in stored_parameters(server, meta_key(key), stamps):
-        sized = said.get("sized_for", "") if said.get("backend") == backend else ""
-        if sized.isdigit():
-            return int(sized)
-    return None
 
 
 @dataclass(frozen=True)
@@ -149,7 +138,7 @@ class GrowingCompactBackend(CompactKind):
         server: Any,
         key: str,
         *,
-        shards: int = default("DEDUP_HASH_SHARDS"),
+        shards: int = GROUPS,
         load: int | None = None,
         grouped_by: int | None = None,
     ) -> None:
@@ -171,7 +160,9 @@ class GrowingCompactBackend(CompactKind):
 
     @classmethod
     def from_settings(cls, server: Any, key: str, settings: BaseSettings) -> DedupBackend:
-        return cls(server, key, shards=CompactOptions.from_settings(settings).shards)
+        asked = CompactOptions.from_settings(settings).shards
+        stored = stored_shape(server, key, asked) if server is not None else None
+        return cls(server, key, shards=groups_for(server, asked, stored, True))
 
     def with_key(self, key: str) -> DedupBackend:
         return GrowingCompactBackend(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from abc import ABC
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from scrapy.settings import BaseSettings
@@ -24,9 +24,10 @@ from ..server import scripts
 from ..server.cluster import masters
 from ..server.connection import address, has_command, server_time_ms
 from ..settings.options import HashOptions
-from ..settings.table import check
+from ..settings.table import GROUPS, check
 from .base import LAYOUT_VERSION, DedupBackend
 from .capabilities import Capabilities
+from .groups import said_groups
 from .keys import META, as_str, meta_key, read_hash, shard_key, slot_sibling
 from .layout import Layout
 from .meta import MetaSpec
@@ -88,12 +89,18 @@ JANITOR_BUCKET_BYTES = 18
 FIELD_TTL_HASHTABLE_BYTES = 70
 
 
-def stored_layout(server: Any, key: str, shards: int) -> str | None:
-    """The layout of the hash filter stored at ``key``: its record's, else (a lost
-    record) its stamps', else layout 1 where its first shard exists alone; None when
-    nothing of a hash filter is there (a new filter). One round trip, two where a
-    record is found."""
-    stamps = [slot_sibling(shard_key(key, i), META) for i in range(shards)]
+def stored_layout(server: Any, key: str, shards: int | None) -> str | None:
+    """The layout of the hash filter stored at ``key`` (:func:`stored_hash`)."""
+    return stored_hash(server, key, shards)[0]
+
+
+def stored_hash(server: Any, key: str, shards: int | None) -> tuple[str | None, int | None]:
+    """The layout of the hash filter stored at ``key`` and its shards or groups (None:
+    not said): its record's, else (a lost record) its stamps' (those of ``shards``, or
+    of GROUPS: a filter of fewer has them among these), else layout 1 where its first
+    shard exists alone; (None, None) when nothing of a hash filter is there (a new
+    filter). One round trip, two where a record is found."""
+    stamps = [slot_sibling(shard_key(key, i), META) for i in range(shards or GROUPS)]
     pipe = server.pipeline(transaction=False)
     pipe.type(meta_key(key))
     pipe.type(shard_key(key, 0))
@@ -103,14 +110,14 @@ def stored_layout(server: Any, key: str, shards: int) -> str | None:
     if as_str(record_type) == "hash":
         record = read_hash(server, meta_key(key))
         if record.get("backend") == HASH:
-            return record.get("layout")
-        return None
+            return record.get("layout"), said_groups(record)
+        return None, None
     for stamp in said:
         if isinstance(stamp, (bytes, str)):
             parsed = MetaSpec.parse_stamp(as_str(stamp))
             if parsed.get("backend") == HASH:
-                return parsed.get("layout")
-    return SHARDS_LAYOUT if as_str(first_shard) == "hash" else None
+                return parsed.get("layout"), said_groups(parsed)
+    return (SHARDS_LAYOUT, None) if as_str(first_shard) == "hash" else (None, None)
 
 
 class Expiring(Layout, ABC):
@@ -163,8 +170,10 @@ def build_hash(server: Any, key: str, options: HashOptions) -> ExpiringHash:
     filter's, and any other layout's (a later version's), which opening then refuses
     naming the layout. Without a server (a settings check), the buckets' parameters
     are checked."""
-    layout = stored_layout(server, key, options.shards) if server is not None else None
+    layout, groups = (None, None) if server is None else stored_hash(server, key, options.shards)
     chosen = SHARDS_LAYOUT if layout == SHARDS_LAYOUT else BUCKETS_LAYOUT
+    if options.shards is None and groups is not None:
+        options = replace(options, shards=groups)
     return ExpiringHash.by_layout[chosen].from_options(server, key, options)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..settings.options import HashOptions
-from ..settings.table import check, default
+from ..settings.table import GROUPS, check, default
 from .expiry import (
     BY_JANITOR,
     HASH_CAPABILITIES,
@@ -38,6 +38,7 @@ from .expiry import (
     expiry_sample,
 )
 from .forget import remove
+from .groups import groups_for
 from .keys import META, meta_key, shard_key, slot_sibling, spread
 from .meta import MetaSpec
 from .purge import OnScan, PurgeStep, scan_fields
@@ -85,7 +86,7 @@ class HashBackend(ExpiringHash):
         key: str,
         *,
         expire: float = default("DEDUP_EXPIRE"),
-        shards: int = default("DEDUP_HASH_SHARDS"),
+        shards: int = GROUPS,
         field_expiry: bool | None = None,
     ) -> None:
         """``field_expiry``: see :meth:`ExpiringHash._init_expiry`."""
@@ -105,7 +106,7 @@ class HashBackend(ExpiringHash):
             server,
             key,
             expire=options.expire,
-            shards=options.shards,
+            shards=groups_for(server, options.shards, None, growing=False),
             field_expiry=options.field_expiry,
         )
 

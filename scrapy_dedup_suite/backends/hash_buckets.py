@@ -24,14 +24,13 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from ..server.cluster import node_of
 from ..settings.options import HashOptions
-from ..settings.table import default
+from ..settings.table import GROUPS, default
 from .compact import CompactBackend
-from .compact_growing import stored_capacity
 from .expiry import (
     BUCKETS_LAYOUT,
     BY_JANITOR,
@@ -44,6 +43,7 @@ from .expiry import (
     ExpiringHash,
     expiry_sample,
 )
+from .groups import groups_for, stored_shape
 from .hash_growing import GrowingHashBackend
 from .keys import BATCH, TTL_PROBE, as_str, keys_held, prefix_pattern, shard_key, slot_sibling
 from .layout import Buckets
@@ -86,7 +86,7 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
         key: str,
         *,
         expire: float = default("DEDUP_EXPIRE"),
-        shards: int = default("DEDUP_HASH_SHARDS"),
+        shards: int = GROUPS,
         capacity: int = default("DEDUP_COMPACT_CAPACITY"),
         field_expiry: bool | None = None,
         buckets: int | None = None,
@@ -101,20 +101,20 @@ class HashBucketsBackend(ExpiringHash, CompactBackend):
     @classmethod
     def from_options(cls, server: Any, key: str, options: HashOptions) -> ExpiringHash:
         """Sized buckets, or (DEDUP_COMPACT_CAPACITY 0) buckets that split as the filter
-        grows; a stored filter keeps its layout, as compact's does
-        (:meth:`~.compact.CompactBackend.from_settings`)."""
+        grows; a stored filter keeps its layout and (DEDUP_HASH_SHARDS unset) its groups,
+        as compact's does (:meth:`~.compact.CompactBackend.from_settings`)."""
         capacity = options.capacity
-        if server is not None:
-            stored = stored_capacity(server, key, options.shards, HASH)
-            if stored == 0 or (stored is not None and capacity == 0):
-                capacity = stored
+        stored = stored_shape(server, key, options.shards, HASH) if server is not None else None
+        if stored is not None and (stored.capacity == 0 or capacity == 0):
+            capacity = stored.capacity
+        shards = groups_for(server, options.shards, stored, capacity == 0)
         if capacity == 0:
-            return GrowingHashBackend.from_options(server, key, options)
+            return GrowingHashBackend.from_options(server, key, replace(options, shards=shards))
         return cls(
             server,
             key,
             expire=options.expire,
-            shards=options.shards,
+            shards=shards,
             capacity=capacity,
             field_expiry=options.field_expiry,
         )

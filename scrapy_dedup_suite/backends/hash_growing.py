@@ -26,7 +26,7 @@ from typing import Any
 from ..exceptions import DedupConfigError, FilterMismatchError
 from ..server import scripts
 from ..settings.options import HashOptions
-from ..settings.table import default
+from ..settings.table import GROUPS, default
 from .compact_growing import GrowingCompactBackend
 from .expiry import (
     BUCKETS_LAYOUT,
@@ -37,6 +37,7 @@ from .expiry import (
     Expiry,
     expiry_sample,
 )
+from .groups import groups_for
 from .growing import FieldNames, Growing, bucket_of, h_of
 from .growing_report import GrowingBuckets
 from .meta import MetaSpec
@@ -93,7 +94,7 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
         key: str,
         *,
         expire: float = default("DEDUP_EXPIRE"),
-        shards: int = default("DEDUP_HASH_SHARDS"),
+        shards: int = GROUPS,
         field_expiry: bool | None = None,
         load: int | None = None,
         grouped_by: int | None = None,
@@ -120,7 +121,7 @@ class GrowingHashBackend(ExpiringHash, GrowingCompactBackend):
             server,
             key,
             expire=options.expire,
-            shards=options.shards,
+            shards=groups_for(server, options.shards, None, growing=True),
             field_expiry=options.field_expiry,
         )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
-from ..backends.compact_growing import stored_capacity
+from ..backends.groups import stored_shape
 from ..operations.migrations.growing_hash_layout import GrowingHashConversion
 from ..operations.migrations.growing_layout import GrowingConversion
 from ..settings.options import CompactOptions, HashOptions
@@ -53,10 +53,10 @@ class Command(ConversionCommand):
         """The hash filter's conversion where the key holds one (or, holding nothing,
         where DEDUP_BACKEND says hash), else compact's."""
         options = HashOptions.from_settings(settings)
-        stored = stored_capacity(server, key, options.shards, "hash")
+        stored = stored_shape(server, key, options.shards, "hash")
         if stored is not None:
             return GrowingHashConversion(server, key, options, found=stored, **how)
-        stored = stored_capacity(server, key, options.shards)
+        stored = stored_shape(server, key, options.shards)
         if stored is None and self.backend_for(settings) == "hash":
             return GrowingHashConversion(server, key, options, **how)
         compact = CompactOptions.from_settings(settings)

@@ -46,6 +46,19 @@ class WholeOrZero(Whole):
 
 
 @dataclass(frozen=True)
+class WholeOrAuto(Whole):
+    """None / "auto" (the package decides), or a whole number from ``minimum`` to
+    ``maximum``."""
+
+    def __call__(self, name: str, value: Any) -> int | None:  # type: ignore[override]
+        if value is None or (
+            isinstance(value, str) and value.strip().lower() in ("", "auto", "none")
+        ):
+            return None
+        return super().__call__(name, value)
+
+
+@dataclass(frozen=True)
 class Seconds:
     """A number in an interval (open or closed at each end)."""
 

@@ -51,7 +51,7 @@ class DupefilterOptions:
 @dataclass(frozen=True)
 class HashOptions:
     expire: float
-    shards: int
+    shards: int | None  # None: the stored filter's, else a new one's (backends/groups.py)
     field_expiry: bool | None  # None: the server's where it suits (see backends/expiry.py)
     capacity: int  # a new filter's buckets are sized for it (backends/hash_buckets.py)
 
@@ -68,7 +68,7 @@ class HashOptions:
 @dataclass(frozen=True)
 class CompactOptions:
     capacity: int
-    shards: int
+    shards: int | None  # None: the stored filter's, else a new one's (backends/groups.py)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> CompactOptions:

@@ -30,6 +30,7 @@ from .kinds import (
     Setting,
     Text,
     Whole,
+    WholeOrAuto,
     WholeOrZero,
 )
 from .metrics_rows import METRICS_SETTINGS
@@ -45,6 +46,12 @@ MAX_BATCH_SIZE = 10_000
 MAX_BATCH_THREADS = 64
 #: The most hashes a hash filter spreads its fields over.
 MAX_SHARDS = 4096
+#: A new filter's groups when DEDUP_HASH_SHARDS is unset: on a Cluster, a group is a
+#: slot, and 16 spread a filter over up to 16 masters.
+GROUPS = 16
+#: ... and a new growing filter's on one server, where groups spread nothing and each
+#: costs its stamp and level record (3.6 B a fingerprint at 1,000 with 16 groups).
+GROWING_GROUPS = 4
 #: The most fingerprints a compact filter is sized for (3.9 * 10^9 buckets of 256, below
 #: the 2^32 its 4 digest bytes can choose).
 MAX_COMPACT_CAPACITY = 10**12
@@ -87,16 +94,19 @@ TABLE: tuple[Setting, ...] = (
     ),
     Setting(
         "DEDUP_HASH_SHARDS",
-        16,
-        Whole(
+        None,
+        WholeOrAuto(
             1,
             MAX_SHARDS,
             f"a whole number of hashes from 1 to {MAX_SHARDS:,} (each is checked at open and "
-            "scanned by the janitor)",
+            "scanned by the janitor), or None for the filter's own",
         ),
         "compact, and hash filters in buckets: number of hash-tagged groups of buckets (on a "
         "cluster, each group is one slot); hash filters of layout 1: number of hashes; fixed "
-        "when created",
+        "when created. Unset: an existing filter's; a new one gets "
+        f"{GROUPS}, or {GROWING_GROUPS} when it grows (DEDUP_COMPACT_CAPACITY = 0) on one "
+        "server, where groups spread nothing and each costs its own keys",
+        shown=f"`None` (the filter's; new: {GROUPS}, growing on one server {GROWING_GROUPS})",
     ),
     Setting(
         "DEDUP_HASH_FIELD_EXPIRY",

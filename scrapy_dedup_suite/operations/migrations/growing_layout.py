@@ -38,13 +38,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...backends.compact import CompactBackend
-from ...backends.compact_growing import GrowingCompactBackend, stored_capacity
+from ...backends.compact_growing import GrowingCompactBackend
+from ...backends.groups import StoredShape, stored_shape
 from ...backends.growing import field_name
 from ...backends.keys import as_str, chunks, memory_usage
 from ...backends.layout import FIELD_BYTES
 from ...backends.listpack import BYTES_PER_FINGERPRINT
 from ...exceptions import WrongKeyTypeError
 from ...server.connection import server_time_ms
+from ...settings.table import GROUPS
 from .errors import SourceError, VerificationError
 from .growing_plan import GrowingPlan, GrowingReport
 from .in_place import InPlaceConversion
@@ -87,14 +89,15 @@ class GrowingConversion(InPlaceConversion):
     keys: list[str]
 
     def __init__(
-        self, server: Any, key: str, options: Any, found: int | None = None, **how: Any
+        self, server: Any, key: str, options: Any, found: StoredShape | None = None, **how: Any
     ) -> None:
-        """``options``: the backend's (CompactOptions, HashOptions): its groups;
-        ``found``: the capacity the caller just read from the stored filter
-        (:func:`stored_capacity`), for the first :meth:`plan` (None: read there); ``how``:
-        see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
+        """``options``: the backend's (CompactOptions, HashOptions): its groups (None:
+        the stored filter's); ``found``: what the caller just read of the stored filter
+        (:func:`.groups.stored_shape`), for the first :meth:`plan` (None: read there);
+        ``how``: see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
         super().__init__(server, key, **how)
-        self.shards: int = options.shards
+        self.asked: int | None = options.shards
+        self.shards: int = options.shards or GROUPS
         self._found = found
         self.source: CompactBackend | None = None
         self.target: GrowingCompactBackend | None = None
@@ -119,6 +122,7 @@ class GrowingConversion(InPlaceConversion):
         stored, self._found = self._found, None  # (the first plan's only: it may be stale)
         state = self.read_state()
         if self._under_way:
+            self.shards = self.asked or int(state["shards"])
             self.same_settings({"DEDUP_HASH_SHARDS": (int(state["shards"]), self.shards)})
             source = self.sized(int(state["capacity"]), int(state["buckets"]))
             target = self.growing()
@@ -127,10 +131,11 @@ class GrowingConversion(InPlaceConversion):
             plan.position = int(state.get("position", 0))
             return plan
         if stored is None:
-            stored = stored_capacity(self.server, self.key, self.shards, self.backend)
+            stored = stored_shape(self.server, self.key, self.asked, self.backend)
         if stored is None:
             raise SourceError(self.no_source())
-        if stored == 0:
+        self.shards = self.asked or stored.groups or GROUPS
+        if stored.capacity == 0:
             target = self.growing()
             self.check_opens(target)
             if target.grouped_by == self.shards:  # (created growing: nothing sized)
@@ -139,7 +144,7 @@ class GrowingConversion(InPlaceConversion):
             plan.state = "resume" if plan.fields else "done"  # (sized buckets left: again)
             self._switched = True  # (its level records are its own: a lost one stays lost)
             return plan
-        source = self.sized(stored, None)
+        source = self.sized(stored.capacity, None)
         self.check_opens(source)
         return self._plan(source, self.growing(source.buckets), "start")
 

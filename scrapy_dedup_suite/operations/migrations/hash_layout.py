@@ -34,15 +34,24 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-from ...backends.expiry import BUCKETS_LAYOUT, BY_SERVER, SHARDS_LAYOUT, build_hash, stored_layout
+from ...backends.expiry import (
+    BUCKETS_LAYOUT,
+    BY_SERVER,
+    SHARDS_LAYOUT,
+    build_hash,
+    stored_hash,
+    stored_layout,
+)
 from ...backends.hash import HashBackend
 from ...backends.hash_buckets import HashBucketsBackend
 from ...backends.keys import as_str, chunks, memory_usage
 from ...exceptions import WrongKeyTypeError
 from ...server.connection import server_time_ms
 from ...settings.options import HashOptions
+from ...settings.table import GROUPS
 from .conversion_report import ConversionPlan, ConversionReport
 from .errors import SourceError, TargetError, VerificationError
 from .in_place import InPlaceConversion
@@ -73,6 +82,8 @@ class HashLayoutConversion(InPlaceConversion):
         """``how``: see :class:`InPlaceConversion` (batch, verify, sample, progress)."""
         super().__init__(server, key, **how)
         self.options = options
+        #: The groups (DEDUP_HASH_SHARDS; unset: the filter's, found by :meth:`plan`).
+        self.shards: int = options.shards or GROUPS
         self.force = force
         self.source: HashBackend | None = None
         self.target: HashBucketsBackend | None = None
@@ -82,14 +93,17 @@ class HashLayoutConversion(InPlaceConversion):
     def plan(self) -> ConversionPlan:
         """Check everything and say what a run would do; writes nothing."""
         state = self.read_state()
+        if self.options.shards is None:  # (DEDUP_HASH_SHARDS unset: the filter's)
+            said = int(state["shards"]) if self._under_way else None
+            self.shards = said or stored_hash(self.server, self.key, None)[1] or GROUPS
         if self._under_way:
             return self._resume_plan(state)
         o = self.options
-        layout = stored_layout(self.server, self.key, o.shards)
+        layout = stored_layout(self.server, self.key, self.shards)
         if layout is None:
             raise SourceError(self.no_source())
         if layout == BUCKETS_LAYOUT:
-            built = build_hash(self.server, self.key, o)
+            built = build_hash(self.server, self.key, replace(o, shards=self.shards))
             assert isinstance(built, HashBucketsBackend)
             self.check_opens(built)
             source = self._source(built.expiry is BY_SERVER)
@@ -108,7 +122,7 @@ class HashLayoutConversion(InPlaceConversion):
     def _source(self, field_expiry: bool | None) -> HashBackend:
         o = self.options
         return HashBackend(
-            self.server, self.key, expire=o.expire, shards=o.shards, field_expiry=field_expiry
+            self.server, self.key, expire=o.expire, shards=self.shards, field_expiry=field_expiry
         )
 
     def _target(self, server_expiry: bool, buckets: int | None = None) -> HashBucketsBackend:
@@ -119,7 +133,7 @@ class HashLayoutConversion(InPlaceConversion):
             self.server,
             self.key,
             expire=o.expire,
-            shards=o.shards,
+            shards=self.shards,
             capacity=o.capacity,
             field_expiry=server_expiry,
             buckets=buckets,
@@ -131,7 +145,7 @@ class HashLayoutConversion(InPlaceConversion):
         o = self.options
         self.same_settings(
             {
-                "DEDUP_HASH_SHARDS": (int(state["shards"]), o.shards),
+                "DEDUP_HASH_SHARDS": (int(state["shards"]), self.shards),
                 "DEDUP_COMPACT_CAPACITY": (int(state["capacity"]), o.capacity),
             }
         )
