@@ -276,6 +276,25 @@ def test_unset_groups_are_the_filter_s_own_else_4_growing_on_one_server_16_on_a_
             opened(key, DEDUP_COMPACT_CAPACITY=capacity, DEDUP_HASH_SHARDS=16)
 
 
+def test_a_filter_in_fewer_groups_than_the_cluster_s_masters_is_said_at_open(server, caplog):
+    """A filter keeps its groups: one made on a single server (4, unset) and moved to a
+    Cluster of more masters sits on at most 4; the open says so, with what to set. One
+    with at least a group per master, or on one server, opens quietly."""
+    spread = [] if not is_cluster(server) else [len(server.get_primaries())]
+    for shards, said in ((2, bool(spread)), (16, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="scrapy_dedup_suite"):
+            growing(server, key=f"t:spread:{shards}", shards=shards)
+        lines = [m for m in (r.getMessage() for r in caplog.records) if "group(s), so at most" in m]
+        assert bool(lines) is said, (shards, lines)
+        if said:
+            assert (
+                f"keeps its data in 2 group(s), so at most 2 of the cluster's {spread[0]}"
+                in (lines[0])
+            )
+            assert "DEDUP_HASH_SHARDS unset gets 16" in lines[0]
+
+
 @pytest.mark.single_server
 def test_a_capacity_below_1000_is_refused_naming_what_is_accepted(server):
     with pytest.raises(DedupConfigError, match=r"must be 0 \(no capacity") as info:

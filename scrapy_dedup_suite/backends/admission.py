@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError
 
 from ..exceptions import DedupConfigError
 from ..server.cluster import is_cluster, masters, nodes_of
+from ..settings.table import GROUPS, GROWING_GROUPS
 from .capabilities import Capabilities
 from .keys import as_str
 from .views import FilterView
@@ -123,12 +124,31 @@ def room_warning(backend: Admitted, needed: int, setting: str, value: int) -> st
 
 
 def check_spread(backend: Admitted, data_keys: Sequence[str]) -> None:
-    """On a cluster, warn when the data keys sit on fewer masters than they could."""
+    """On a cluster, warn when the data keys sit on fewer masters than they could, or
+    (a filter of groups: compact, hash) in fewer slots than there are masters."""
     count = len(backend.server.get_primaries())
     used = nodes_of(backend.server, list(data_keys))
     # Keys that share a hash tag (a block's buckets, say) must share a master.
     slots = {backend.server.keyslot(key) for key in data_keys}
-    if len(used) < min(len(slots), count) and backend.spread_setting:
+    # (A Bloom filter's automatic blocks are few by design: servers.md says when to set
+    # more.)
+    if len(slots) < count and backend.spread_setting == "DEDUP_HASH_SHARDS":
+        logger.warning(
+            "The %s dupefilter at %r keeps its data in %d group(s), so at most %d of the "
+            "cluster's %d masters hold it: a filter keeps the groups it was created with "
+            "(%d for a growing one created on a single server with DEDUP_HASH_SHARDS unset). "
+            "A filter created on the cluster with DEDUP_HASH_SHARDS unset gets %d; set it "
+            "to a few times the number of masters (e.g. %d) for more.",
+            backend.name,
+            backend.key,
+            len(slots),
+            len(slots),
+            count,
+            GROWING_GROUPS,
+            GROUPS,
+            4 * count,
+        )
+    elif len(used) < min(len(slots), count) and backend.spread_setting:
         logger.warning(
             "The %s dupefilter at %r keeps its data in %d slot(s) on %d of the cluster's "
             "%d masters. For an even spread set %s to a few times the number of masters "
