@@ -208,8 +208,13 @@ def test_command_once_prints_what_it_removed(redis_settings, server):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "removed 300 expired of 500 scanned fields (200 remain), pass finished" in out
-    proc = janitor_command(redis_settings, "--key", "cmd:dedup-hash", "--once", "--json")
+    # DEDUP_HASH_SHARDS "auto" (unset): the filter's own.
+    proc = janitor_command(
+        redis_settings, "--key", "cmd:dedup-hash", "--once", "--json",
+        "-s", "DEDUP_HASH_SHARDS=auto",
+    )  # fmt: skip
     out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
     report = json.loads(out)
     assert report["removed"] == 0 and report["remaining"] == 200 and report["completed"]
 
