@@ -3,13 +3,15 @@ ours for each backend, built as scrapy-redis's scheduler builds them (``from_spi
 with a crawler's stats), fingerprinting included, on a server of its own.
 
     python -m bench.request_seen [--requests 20000] [--rounds 2] [--batch 50]
-                                 [--server redis-server] [--calls]
+                                 [--sized-for 2] [--server redis-server] [--calls]
 
 Each round offers N new requests, then the same N again (duplicates), to each filter
 in turn; the best round of each is reported, as requests/s and as a ratio to
 scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
 batches of --batch (a page's links) through the path BatchDedupMiddleware takes
 (``df.batches``: ``prepare``, ``check``, ``account``), fingerprinting included.
+``--sized-for X``: the sized filters' capacity in multiples of N (2: half full once the
+N are in; 1: full, as their memory figures are measured).
 
 ``--calls`` counts instead of timing: the Python calls (cProfile's total) per
 ``request_seen`` of N new requests, after a warm-up of N/4: the work on the hot path,
@@ -79,18 +81,21 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
     return len(requests) / first, len(requests) / second
 
 
-def bench_settings(url: str, backend: str, n: int) -> dict[str, Any]:
-    """A filter of ``backend`` sized for what a run of ``n`` requests offers
-    (``compact+growing``, ``hash+growing``: nothing sized, DEDUP_COMPACT_CAPACITY = 0)."""
+def bench_settings(url: str, backend: str, n: int, sized_for: float = 2) -> dict[str, Any]:
+    """A filter of ``backend`` sized for ``sized_for`` times what a run of ``n`` requests
+    offers (``compact+growing``, ``hash+growing``: nothing sized,
+    DEDUP_COMPACT_CAPACITY = 0)."""
     return {
         "REDIS_URL": url,
-        "DEDUP_BLOOM_CAPACITY": 2 * n,
-        "DEDUP_COMPACT_CAPACITY": max(1_000, 2 * n),
+        "DEDUP_BLOOM_CAPACITY": max(1, round(sized_for * n)),
+        "DEDUP_COMPACT_CAPACITY": max(1_000, round(sized_for * n)),
         **our_backend(backend),
     }
 
 
-def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[float, float]]:
+def measure(
+    url: str, n: int, rounds: int, batch: int = 50, sized_for: float = 2
+) -> dict[str, tuple[float, float]]:
     requests = [Request(f"http://bench.test/page/{i}?a=1") for i in range(n)]
     client = redis.Redis.from_url(url)
     best: dict[str, tuple[float, float]] = {}
@@ -105,7 +110,7 @@ def measure(url: str, n: int, rounds: int, batch: int = 50) -> dict[str, tuple[f
         keep("scrapy-redis", offer(ScrapyRedisDupeFilter.from_spider(spider), requests))
         for backend in BACKENDS:
             client.flushall()
-            settings = bench_settings(url, backend, n)
+            settings = bench_settings(url, backend, n, sized_for)
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
             keep(backend, offer(RFPDupeFilter.from_spider(spider), requests))
             client.flushall()
@@ -157,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000, metavar="N")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=50, help="requests per batch (a page's links)")
+    parser.add_argument(
+        "--sized-for",
+        type=float,
+        default=2.0,
+        metavar="X",
+        help="the sized filters' capacity in multiples of --requests (1: full at the end)",
+    )
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
     parser.add_argument(
         "--calls", action="store_true", help="count Python calls per request instead of timing"
@@ -164,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     if opts.requests < 1 or opts.rounds < 1 or opts.batch < 1:
         parser.error("--requests, --rounds and --batch must be at least 1")
+    if not opts.sized_for >= 1:
+        parser.error("--sized-for must be at least 1 (a filter sized below what it holds)")
     binary = opts.server or shutil.which("redis-server") or server_binary()
     if opts.calls:
         with EmbeddedRedis(binary=binary) as server:
@@ -173,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:23s} {count:7.1f} ({count / calls['scrapy-redis']:.2f}x scrapy-redis)")
         return 0
     with EmbeddedRedis(binary=binary) as server:
-        best = measure(server.url, opts.requests, opts.rounds, opts.batch)
+        best = measure(server.url, opts.requests, opts.rounds, opts.batch, opts.sized_for)
     ref_new, ref_seen = best["scrapy-redis"]
-    print(f"request_seen, {opts.requests:,} new then the same again, best of {opts.rounds}:")
+    print(
+        f"request_seen, {opts.requests:,} new then the same again, best of {opts.rounds} "
+        f"(sized filters for {opts.sized_for:g}x):"
+    )
     for name, (new, seen) in best.items():
         print(
             f"  {name:23s} new {new:8,.0f}/s ({new / ref_new:.2f}x)   "

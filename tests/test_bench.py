@@ -112,7 +112,7 @@ def test_convert_growing_bench_converts_and_checks_every_fingerprint(redis_serve
 def test_request_seen_bench_runs(redis_server):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.request_seen", "--requests", "300", "--rounds", "1",
-         "--server", redis_server.binary],
+         "--sized-for", "1", "--server", redis_server.binary],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -120,7 +120,10 @@ def test_request_seen_bench_runs(redis_server):
     rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
     ours = ["set", "hash", "hash+growing", "compact", "compact+growing", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
-    assert "(1.00x)" in proc.stdout
+    assert "(1.00x)" in proc.stdout and "(sized filters for 1x)" in proc.stdout
+    # A filter sized below what it is offered is refused before any server starts.
+    refused = run_bench_status("bench.request_seen", "--sized-for", "0.5")
+    assert refused.returncode == 2 and "--sized-for must be at least 1" in refused.stderr
 
 
 def test_server_features_bench_runs(redis_server):
@@ -200,12 +203,16 @@ def test_request_seen_bench_counts_python_calls(redis_server):
     assert all(100 < calls < 1000 for calls in rows.values()), rows
 
 
-def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
+def run_bench_status(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
+
+
+def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = run_bench_status(module, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -275,11 +282,7 @@ def test_a_growing_row_of_the_crawl_bench_crawls_a_growing_filter(redis_server, 
         assert isinstance(backend.layout, Growing) is growing, name
     with pytest.raises(ValueError, match="compact\\+sized"):
         our_backend("compact+sized")
-    refused = subprocess.run(
-        [sys.executable, "-m", "bench.crawl", "--backends", "compact,compact+sized"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    refused = run_bench_status("bench.crawl", "--backends", "compact,compact+sized")
     assert refused.returncode == 2 and "--backends: 'compact+sized'" in refused.stderr
     out = run_bench(
         "bench.crawl", "--pages", "40", "--links", "4", "--latency", "0",
