@@ -10,8 +10,9 @@ in turn; the best round of each is reported, as requests/s and as a ratio to
 scrapy-redis's in the same run. The ``batched`` rows offer the same requests in
 batches of --batch (a page's links) through the path BatchDedupMiddleware takes
 (``df.batches``: ``prepare``, ``check``, ``account``), fingerprinting included.
-``--sized-for X``: the sized filters' capacity in multiples of N (2: half full once the
-N are in; 1: full, as their memory figures are measured).
+``--sized-for X``: the sized bucket filters' capacity (compact, hash) in multiples of N
+(2: half full once the N are in; 1: full, as their memory figures are measured); the
+Bloom filters stay sized for 2N (at capacity they take some new requests for seen).
 
 ``--calls`` counts instead of timing: the Python calls (cProfile's total) per
 ``request_seen`` of N new requests, after a warm-up of N/4: the work on the hot path,
@@ -48,8 +49,9 @@ class BenchSpider(scrapy.Spider):
     name = "bench"
 
 
-def offer(df, requests: list[Request]) -> tuple[float, float]:
-    """Requests/s for the new requests, then for the same ones again."""
+def offer(name: str, df: Any, requests: list[Request]) -> tuple[float, float]:
+    """Requests/s for the new requests, then for the same ones again (``name``: the
+    row's, for the error that says an answer was wrong)."""
     started = time.perf_counter()
     new = sum(not df.request_seen(r) for r in requests)
     first = time.perf_counter() - started
@@ -57,7 +59,7 @@ def offer(df, requests: list[Request]) -> tuple[float, float]:
     seen = sum(df.request_seen(r) for r in requests)
     second = time.perf_counter() - started
     if new != len(requests) or seen != len(requests):
-        raise AssertionError(f"{df!r}: {new} new and {seen} seen of {len(requests)}")
+        raise AssertionError(f"{name}: {new} new and {seen} seen of {len(requests)}")
     return len(requests) / first, len(requests) / second
 
 
@@ -82,12 +84,12 @@ def offer_batches(df, requests: list[Request], size: int) -> tuple[float, float]
 
 
 def bench_settings(url: str, backend: str, n: int, sized_for: float = 2) -> dict[str, Any]:
-    """A filter of ``backend`` sized for ``sized_for`` times what a run of ``n`` requests
-    offers (``compact+growing``, ``hash+growing``: nothing sized,
-    DEDUP_COMPACT_CAPACITY = 0)."""
+    """A filter of ``backend`` for what a run of ``n`` requests offers: a Bloom filter
+    sized for twice that, a filter of buckets for ``sized_for`` times
+    (``compact+growing``, ``hash+growing``: nothing sized, DEDUP_COMPACT_CAPACITY = 0)."""
     return {
         "REDIS_URL": url,
-        "DEDUP_BLOOM_CAPACITY": max(1, round(sized_for * n)),
+        "DEDUP_BLOOM_CAPACITY": 2 * n,
         "DEDUP_COMPACT_CAPACITY": max(1_000, round(sized_for * n)),
         **our_backend(backend),
     }
@@ -107,12 +109,15 @@ def measure(
     for _ in range(rounds):  # interleaved: every filter sees the same machine load
         client.flushall()
         spider = BenchSpider.from_crawler(get_crawler(BenchSpider, {"REDIS_URL": url}))
-        keep("scrapy-redis", offer(ScrapyRedisDupeFilter.from_spider(spider), requests))
+        keep(
+            "scrapy-redis",
+            offer("scrapy-redis", ScrapyRedisDupeFilter.from_spider(spider), requests),
+        )
         for backend in BACKENDS:
             client.flushall()
             settings = bench_settings(url, backend, n, sized_for)
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
-            keep(backend, offer(RFPDupeFilter.from_spider(spider), requests))
+            keep(backend, offer(backend, RFPDupeFilter.from_spider(spider), requests))
             client.flushall()
             spider = BenchSpider.from_crawler(get_crawler(BenchSpider, settings))
             df = RFPDupeFilter.from_spider(spider)
@@ -167,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=2.0,
         metavar="X",
-        help="the sized filters' capacity in multiples of --requests (1: full at the end)",
+        help="compact's and hash's capacity in multiples of --requests (1: full at the end)",
     )
     parser.add_argument("--server", help="redis-server binary (default: PATH, else embedded)")
     parser.add_argument(
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ref_new, ref_seen = best["scrapy-redis"]
     print(
         f"request_seen, {opts.requests:,} new then the same again, best of {opts.rounds} "
-        f"(sized filters for {opts.sized_for:g}x):"
+        f"(compact and hash sized for {opts.sized_for:g}x):"
     )
     for name, (new, seen) in best.items():
         print(

@@ -120,7 +120,7 @@ def test_request_seen_bench_runs(redis_server):
     rows = [line.split(" new ")[0].strip() for line in proc.stdout.splitlines()[1:]]
     ours = ["set", "hash", "hash+growing", "compact", "compact+growing", "bloom", "windowed-bloom"]
     assert rows == ["scrapy-redis", *(r for b in ours for r in (b, f"{b} batched"))]
-    assert "(1.00x)" in proc.stdout and "(sized filters for 1x)" in proc.stdout
+    assert "(1.00x)" in proc.stdout and "(compact and hash sized for 1x)" in proc.stdout
     # A filter sized below what it is offered is refused before any server starts.
     refused = run_bench_status("bench.request_seen", "--sized-for", "0.5")
     assert refused.returncode == 2 and "--sized-for must be at least 1" in refused.stderr
