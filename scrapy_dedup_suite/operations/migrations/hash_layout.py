@@ -43,7 +43,6 @@ from ...backends.expiry import (
     SHARDS_LAYOUT,
     build_hash,
     stored_hash,
-    stored_layout,
 )
 from ...backends.hash import HashBackend
 from ...backends.hash_buckets import HashBucketsBackend
@@ -93,13 +92,15 @@ class HashLayoutConversion(InPlaceConversion):
     def plan(self) -> ConversionPlan:
         """Check everything and say what a run would do; writes nothing."""
         state = self.read_state()
-        if self.options.shards is None:  # (DEDUP_HASH_SHARDS unset: the filter's)
-            said = int(state["shards"]) if self._under_way else None
-            self.shards = said or stored_hash(self.server, self.key, None)[1] or GROUPS
+        unset = self.options.shards is None  # (DEDUP_HASH_SHARDS unset: the filter's)
         if self._under_way:
+            if unset:
+                self.shards = int(state["shards"])
             return self._resume_plan(state)
         o = self.options
-        layout = stored_layout(self.server, self.key, self.shards)
+        layout, groups = stored_hash(self.server, self.key, o.shards)
+        if unset:
+            self.shards = groups or GROUPS
         if layout is None:
             raise SourceError(self.no_source())
         if layout == BUCKETS_LAYOUT:
