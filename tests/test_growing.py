@@ -19,7 +19,7 @@ from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import CompactBackend, build_backend
 from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend, split_load
-from scrapy_dedup_suite.backends.growing import bucket_of, h_of, parse_level
+from scrapy_dedup_suite.backends.growing import advanced, bucket_of, h_of, parse_level
 from scrapy_dedup_suite.backends.keys import as_str, scan_keys
 from scrapy_dedup_suite.backends.listpack import listpack_limits
 from scrapy_dedup_suite.exceptions import (
@@ -337,6 +337,47 @@ def test_a_scrapy_redis_set_migrates_into_it_with_its_buckets_split_as_it_fills(
     assert all(target.contains_many(fps)) and target.count() == 5000
     assert min(g.level for g in target.levels()) >= 8  # (5,000 over 2 groups of 8 a bucket)
     assert target.census().hashtables == 0
+
+
+def field_in_bucket_0(i: int, level: int) -> bytes:
+    """A field whose h is 0 modulo 2^level (bucket 0 at that level), with bit ``level``
+    set for odd ``i`` and h's higher bits varying with ``i``."""
+    h = (((i * 40503) << 1 | (i & 1)) << level) % 2**32
+    return i.to_bytes(4, "big") + h.to_bytes(4, "big")
+
+
+def split_at(
+    server: Any, backend: Any, level: int, values: dict[bytes, str]
+) -> tuple[set[bytes], int]:
+    """Group 0 of ``backend`` (one group, load 1) at ``level`` with pointer 0, its
+    bucket 0 holding ``values`` and its record due to split; then a new fingerprint
+    written (its call learns the level and splits bucket 0). Returns the fields of
+    bucket 0 and of bucket 2^level after it, each checked to be where bit ``level``
+    of its h says, and the count the record said before."""
+    layout = backend.layout
+    server.hset(layout.bucket_key(0, 0), mapping=values)  # type: ignore[arg-type]
+    count = max(2**level, len(values))  # (due at the next write)
+    server.set(layout.level_keys[0], f"{level} 0 {count}")
+    assert backend.check_and_add(fp(10**6)) is False
+    assert [(g.level, g.split) for g in backend.levels()] == [advanced(level, 0, 1)]
+    stay = set(server.hkeys(layout.bucket_key(0, 0)))
+    move = set(server.hkeys(layout.bucket_key(0, 1 << level)))
+    assert stay and move
+    assert all(h_of(f) >> level & 1 == 0 for f in stay)
+    assert all(h_of(f) >> level & 1 == 1 for f in move)
+    return stay | move, count
+
+
+@pytest.mark.parametrize("level", [0, 7, 8, 15, 16, 23, 24, 31])
+def test_a_split_at_any_level_moves_the_fields_whose_bit_of_that_level_is_set(server, level):
+    """Bit L of h is read from one byte of the field (byte 8 - L // 8): at every level,
+    whichever byte holds it, bucket 0's fields with that bit set move to bucket 2^L and
+    the others stay, none lost, and the record counts the one written."""
+    backend = growing(server, shards=1, load=1)
+    fields = [field_in_bucket_0(i, level) for i in range(40)]
+    held, count = split_at(server, backend, level, dict.fromkeys(fields, ""))
+    assert set(fields) <= held and len(held) <= len(fields) + 1
+    assert backend.levels()[0].written == count + 1
 
 
 def test_a_bucket_of_another_type_where_a_split_goes_refuses_the_call_and_loses_nothing(

@@ -26,7 +26,7 @@ from scrapy_dedup_suite.backends.keys import scan_keys
 from scrapy_dedup_suite.exceptions import DedupConfigError
 from scrapy_dedup_suite.janitor import Janitor
 
-from .test_growing import answered_as_a_set
+from .test_growing import answered_as_a_set, field_in_bucket_0, split_at
 
 ON_CLUSTER = True
 
@@ -148,6 +148,24 @@ def test_a_split_leaves_out_the_expired_fields_and_counts_them_off(server):
     assert 200 <= after.written == len(fields) < 400  # (some old ones left out)
     assert backend.contains_many(old) == [False] * 200
     assert backend.contains_many(new) == [True] * 200
+
+
+@pytest.mark.parametrize("level", [0, 8, 16, 31])
+def test_a_split_at_any_level_moves_each_field_with_its_expiry_and_leaves_the_expired(
+    server, level
+):
+    """As compact's split at every byte of h (test_growing.py), each field's value
+    moving with it, and the expired ones left out and counted off."""
+    backend = growing(server, shards=1, load=1)
+    fields = [field_in_bucket_0(i, level) for i in range(40)]
+    values = {f: "1" if i % 5 == 0 else "4102444800" for i, f in enumerate(fields)}
+    held_now, count = split_at(server, backend, level, values)
+    live = {f for f, v in values.items() if v != "1"}
+    assert live <= held_now and not held_now & (set(fields) - live)
+    for bucket in (0, 1 << level):
+        for field, value in server.hgetall(backend.layout.bucket_key(0, bucket)).items():
+            assert field not in values or value.decode() == values[field]
+    assert backend.levels()[0].written == count + 1 - (len(fields) - len(live))
 
 
 def test_a_fingerprint_written_again_once_expired_is_new_and_counted_once(server):

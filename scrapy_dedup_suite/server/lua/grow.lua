@@ -79,25 +79,35 @@ local function grow_due(st, n, load)
   return n > load * (2 ^ st[1] + st[2])
 end
 
--- Split bucket st[2] (key old) into it and new (its number + 2^L), both written anew;
--- ``read(key)`` gives the fields a split keeps as the pairs to write back (field,
--- value...) and how many it leaves out (expired: no longer counted), ``write(key,
--- pairs)`` writes them. Advances st.
-local function grow_split(st, old, new, read, write)
-  local pairs_, dropped = read(old)
-  local stay, move = {}, {}
-  local high = 2 ^ st[1]
-  for i = 1, #pairs_, 2 do
-    local h = grow_h(pairs_[i]) or 0
-    local out = (h % (2 * high) >= high) and move or stay
-    out[#out + 1] = pairs_[i]
-    out[#out + 1] = pairs_[i + 1]
+-- Split bucket st[2] (key old) into it and new (its number + 2^L), both written anew,
+-- as the layout's ``kind`` (grow_check.lua) reads them: ``kind.read(key)`` gives the
+-- bucket flat, ``width`` items a field (1: the fields alone, each written back with an
+-- empty value; 2: field, value...); ``kind.expired(value)``, where the kind has it,
+-- says a field the split leaves out (no longer counted). ``write(key, pairs)`` writes
+-- pairs. A field moves when bit L of its h is set: bit L mod 8 of its byte
+-- 8 - floor(L / 8). Advances st.
+local function grow_split(st, old, new, kind, write)
+  local flat, width = kind.read(old)
+  local expired = kind.expired
+  local stay, move, ns, nm, dropped = {}, {}, 0, 0, 0
+  local at, div = 8 - math.floor(st[1] / 8), 2 ^ (st[1] % 8)
+  local byte, floor = string.byte, math.floor
+  for i = 1, #flat, width do
+    local field = flat[i]
+    local value = width == 2 and flat[i + 1] or ''
+    if expired and expired(value) then
+      dropped = dropped + 1
+    elseif #field == 8 and floor(byte(field, at) / div) % 2 == 1 then
+      move[nm + 1], move[nm + 2], nm = field, value, nm + 2
+    else
+      stay[ns + 1], stay[ns + 2], ns = field, value, ns + 2
+    end
   end
   rcall('DEL', old)
-  if #stay > 0 then write(old, stay) end
-  if #move > 0 then write(new, move) end
+  if ns > 0 then write(old, stay) end
+  if nm > 0 then write(new, move) end
   st[2] = st[2] + 1
-  if st[2] >= high then st[1], st[2] = st[1] + 1, 0 end
+  if st[2] >= 2 ^ st[1] then st[1], st[2] = st[1] + 1, 0 end
   st[3] = math.max(0, st[3] - dropped)
 end
 

@@ -6,8 +6,9 @@
 --     field written again, expired, adds none to the count);
 --   kind.write(key, field, at): writes the field (``at``: the index in argv of the
 --     fingerprint's first argument of the kind's);
---   kind.read(key): a bucket's fields a split keeps, as pairs (field, value...), and
---     how many it leaves out (expired ones).
+--   kind.read(key): a bucket's fields, flat, and how many items a field takes there
+--     (1: the field alone, its value empty; 2: field, value);
+--   kind.expired(value), where the kind has it: a field a split leaves out.
 -- keys: per group of buckets the call touches (a section, one slot): its stamp
 -- (stamp.lua), its level record, the buckets of the next `pairs` splits as the client
 -- knows its level and pointer (each: the bucket split, then the new one, 2^l above),
@@ -77,13 +78,12 @@ local function grow_add(keys, argv, head, width, kind)
   for j = 1, n do
     local at = base + width * (j - 1)
     local k, field = tonumber(argv[at + 1]), argv[at + 2]
-    local h = grow_h(field)
-    if not h then dedup_fail('FIELD', 'a field of ' .. #field .. ' bytes, not 8') end
+    if #field ~= 8 then dedup_fail('FIELD', 'a field of ' .. #field .. ' bytes, not 8') end
     local sec = section_of[k]
     of[j], key_of[j], field_of[j], at_of[j] = sec, keys[k], field, at + 3
-    if not sec.refused then
+    if not sec.refused and sec.st[2] ~= sec.ks then
       -- (the same level: the bucket differs where h mod 2^l lies between the pointers)
-      local low = h % sec.high
+      local low = grow_h(field) % sec.high
       if (low < sec.st[2]) ~= (low < sec.ks) then sec.refused = true end
     end
   end
@@ -152,7 +152,7 @@ local function grow_add(keys, argv, head, width, kind)
       for _, j in ipairs(sec.written) do
         local sent = grow_due(st, st[3], load) and next_split(sec)
         if not sent then break end
-        grow_split(st, sent[1], sent[2], kind.read, write)
+        grow_split(st, sent[1], sent[2], kind, write)
         out[j] = ANSWER_GREW
       end
       grow_save(sec.record, st)

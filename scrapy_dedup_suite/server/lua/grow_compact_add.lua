@@ -14,7 +14,7 @@ local EMPTY = {
     rcall('HSET', key, field, '')
   end,
   read = function(key)
-    return rcall('HGETALL', key), 0
+    return rcall('HKEYS', key), 1
   end,
 }
 

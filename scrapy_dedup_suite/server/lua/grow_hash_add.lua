@@ -26,17 +26,12 @@ local function dedup_add(keys, argv)
       rcall('HSET', key, field, string.format('%.0f', math.ceil((now + ttl) / unit)))
     end,
     read = function(key)
-      local flat, kept, dropped = rcall('HGETALL', key), {}, 0
-      for i = 1, #flat, 2 do
-        local expiry = tonumber(flat[i + 1])
-        if expiry and expiry * unit <= now then
-          dropped = dropped + 1
-        else -- (a value that is no expiry stays, as the janitor leaves it)
-          kept[#kept + 1] = flat[i]
-          kept[#kept + 1] = flat[i + 1]
-        end
-      end
-      return kept, dropped
+      return rcall('HGETALL', key), 2
+    end,
+    -- (a value that is no expiry stays, as the janitor leaves it)
+    expired = function(value)
+      local expiry = tonumber(value)
+      return expiry ~= nil and expiry * unit <= now
     end,
   }
   return grow_add(keys, argv, 3, 3, kind)
