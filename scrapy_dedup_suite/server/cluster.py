@@ -82,6 +82,15 @@ def follow_asks_to_new_masters(server: Any) -> None:
         host: str | None = None, port: int | None = None, node_name: str | None = None
     ) -> ClusterNode | None:
         node: ClusterNode | None = lookup(host, port, node_name)
+        if node is None and node_name is None and host and port:
+            # redis-py >= 8.2 looks an ASK's master up so (and a MOVED's, in every
+            # version, then lists the master it makes): listed here as a MOVED lists it.
+            with lock:
+                node = manager.nodes_cache.get(f"{host}:{port}")
+                if node is None:
+                    node = ClusterNode(host, int(port), PRIMARY)
+                    manager.nodes_cache[node.name] = node
+            return node
         if node_name is None or host is not None or port is not None:
             return node  # (not the lookup of an ASK)
         if node is not None:
@@ -109,6 +118,10 @@ def ask_targets(server: Any) -> list[Any]:
     made: dict[str, ClusterNode] = getattr(server, "_dedup_ask_targets", None) or {}
     if not made:
         return []
-    for name in [name for name in made if name in server.nodes_manager.nodes_cache]:
+    manager = server.nodes_manager
+    listed = set(manager.nodes_cache)  # (redis-py >= 8.2 patches a MOVED slot in place:
+    for nodes in manager.slots_cache.values():  # its node may be in the slots alone)
+        listed.update(node.name for node in nodes)
+    for name in [name for name in made if name in listed]:
         made.pop(name, None)  # the map lists it now: loaded as one of its masters
     return [server.get_redis_connection(node) for node in list(made.values())]
