@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from scrapy_dedup_suite.backends import CompactBackend, build_backend
-from scrapy_dedup_suite.backends.compact_growing import GrowingCompactBackend, split_load
+from scrapy_dedup_suite.backends.compact_growing import (
+    NEW_LOAD,
+    GrowingCompactBackend,
+    new_load,
+    split_load,
+)
 from scrapy_dedup_suite.backends.growing import advanced, bucket_of, h_of, parse_level
 from scrapy_dedup_suite.backends.keys import as_str, scan_keys
 from scrapy_dedup_suite.backends.listpack import listpack_limits
@@ -196,19 +201,37 @@ def listpack_128(server: Any) -> Iterator[None]:
 @pytest.mark.single_server
 @pytest.mark.parametrize("limit", [512, 128])
 def test_the_load_follows_the_server_s_limit_and_every_bucket_stays_compact(server, request, limit):
-    """A new filter's load, from the server's hash-max-listpack-entries (kept in its
-    record: another worker adopts it); filled far past it, no bucket leaves the compact
-    encoding."""
+    """A new filter's load: NEW_LOAD, or less where the server's
+    hash-max-listpack-entries asks for it (kept in its record: another worker adopts
+    it); filled far past it, no bucket leaves the compact encoding."""
     if limit == 128:
         request.getfixturevalue("listpack_128")
     backend = growing(server, shards=1)
-    assert backend.load == split_load(limit) and 0 < split_load(limit) < limit // 2
+    assert backend.load == min(NEW_LOAD, split_load(limit)) == new_load(limit)
+    assert 0 < backend.load < limit // 2 and new_load(512) == NEW_LOAD < split_load(512)
     fps = [fp(i) for i in range(limit * 60)]
     backend.add_many(fps)
     census = backend.census()
     assert census.hashtables == 0 and census.fields == len(fps)
     assert census.buckets >= len(fps) // (2 * backend.load)  # (it split: not one bucket)
     assert GrowingCompactBackend(server, "t:dedup", shards=1).load == backend.load
+
+
+@pytest.mark.single_server
+def test_a_filter_created_with_another_load_keeps_it(server):
+    """A filter whose record says load 205 (the load of a new filter before NEW_LOAD)
+    keeps it when opened with nothing asked, its record and stamps unchanged, and
+    answers as before."""
+    old = growing(server, shards=1, load=split_load(512))
+    fps = [fp(i) for i in range(1000)]
+    old.add_many(fps)
+    record = server.hgetall("t:dedup:meta")
+    assert record[b"load"] == str(split_load(512)).encode()
+    opened = GrowingCompactBackend(server, "t:dedup", shards=1)
+    opened.open()
+    assert opened.load == split_load(512) != NEW_LOAD
+    assert server.hgetall("t:dedup:meta") == record
+    assert opened.check_and_add_many([*fps[:10], fp(5000)]) == [True] * 10 + [False]
 
 
 def build(server: Any, **values: Any) -> Any:

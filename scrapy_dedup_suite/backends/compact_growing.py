@@ -3,10 +3,11 @@
 
 A new filter is one bucket per group (DEDUP_HASH_SHARDS groups), so a crawl of a few
 hundred pages costs a few dozen keys, and a crawl of billions buckets of about
-``load`` fields. ``load`` is fixed when the filter is created, from the server's
-``hash-max-listpack-entries`` (read then; kept in its record and stamps): a bucket
-not yet split at its level holds up to twice the load, which stays under the limit
-by five standard deviations, so every bucket keeps the compact encoding.
+``load`` fields. ``load`` is fixed when the filter is created (kept in its record and
+stamps): :data:`NEW_LOAD`, or less where the server's ``hash-max-listpack-entries``
+(read then) asks for it: a bucket not yet split at its level holds up to twice the
+load, which stays under the limit by five standard deviations, so every bucket keeps
+the compact encoding.
 """
 
 from __future__ import annotations
@@ -38,6 +39,22 @@ from .meta import MetaSpec, stored_parameters
 from .reports import Contents, FilterInfo, Holding
 
 logger = logging.getLogger(__name__)
+
+
+#: Fields a bucket of a new filter averages before its group splits one, where the
+#: server's listpack limit allows as many (:func:`split_load`: 205 at Redis's default of
+#: 512). A new fingerprint costs two scans of its bucket and its share of a split (which
+#: writes a bucket's fields anew), both growing with the load, while a key's own
+#: overhead shrinks with it: measured (``python -m bench.request_seen``, ``python -m
+#: bench.growing``), 96 keeps new fingerprints in batches within 5% of a sized filter's
+#: time for about 0.5 B a fingerprint more than 205 (docs/backends.md, "Load").
+NEW_LOAD = 96
+
+
+def new_load(entries: int) -> int:
+    """The load of a new filter on a server that keeps up to ``entries`` fields a hash
+    compact: :data:`NEW_LOAD`, or :func:`split_load` where the limit is lower."""
+    return min(NEW_LOAD, split_load(entries))
 
 
 def split_load(entries: int) -> int:
@@ -219,7 +236,7 @@ class GrowingCompactBackend(CompactKind):
                 load = self.asked_load
             else:
                 limits = listpack_limits(self.server)
-                load = split_load(limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES)
+                load = new_load(limits[0] if limits is not None else UNKNOWN_LISTPACK_ENTRIES)
         if (load, grouped_by) != (self.layout.load, self.layout.grouped_by):
             self.layout.load, self.layout.grouped_by = load, grouped_by
             self._stamp = None  # the stamp names them
