@@ -119,8 +119,8 @@ def ask_targets(server: Any) -> list[Any]:
     if not made:
         return []
     manager = server.nodes_manager
-    listed = set(manager.nodes_cache)  # (redis-py >= 8.2 patches a MOVED slot in place:
-    for nodes in manager.slots_cache.values():  # its node may be in the slots alone)
+    listed = set(manager.nodes_cache)  # (and the masters the slots name: a slot may
+    for nodes in manager.slots_cache.values():  # name one before the list holds it)
         listed.update(node.name for node in nodes)
     for name in [name for name in made if name in listed]:
         made.pop(name, None)  # the map lists it now: loaded as one of its masters
