@@ -81,20 +81,18 @@ end
 
 -- Split bucket st[2] (key old) into it and new (its number + 2^L), both written anew,
 -- as the layout's ``kind`` (grow_check.lua) reads them: ``kind.read(key)`` gives the
--- bucket flat, ``width`` items a field (1: the fields alone, each written back with an
--- empty value; 2: field, value...); ``kind.expired(value)``, where the kind has it,
--- says a field the split leaves out (no longer counted). ``write(key, pairs)`` writes
--- pairs. A field moves when bit L of its h is set: bit L mod 8 of its byte
+-- bucket's pairs, flat (field, value...); ``kind.expired(value)``, where the kind has
+-- it, says a field the split leaves out (no longer counted). ``write(key, pairs)``
+-- writes pairs. A field moves when bit L of its h is set: bit L mod 8 of its byte
 -- 8 - floor(L / 8). Advances st.
 local function grow_split(st, old, new, kind, write)
-  local flat, width = kind.read(old)
+  local flat = kind.read(old)
   local expired = kind.expired
   local stay, move, ns, nm, dropped = {}, {}, 0, 0, 0
   local at, div = 8 - math.floor(st[1] / 8), 2 ^ (st[1] % 8)
   local byte, floor = string.byte, math.floor
-  for i = 1, #flat, width do
-    local field = flat[i]
-    local value = width == 2 and flat[i + 1] or ''
+  for i = 1, #flat, 2 do
+    local field, value = flat[i], flat[i + 1]
     if expired and expired(value) then
       dropped = dropped + 1
     elseif #field == 8 and floor(byte(field, at) / div) % 2 == 1 then

@@ -6,8 +6,7 @@
 --     field written again, expired, adds none to the count);
 --   kind.write(key, field, at): writes the field (``at``: the index in argv of the
 --     fingerprint's first argument of the kind's);
---   kind.read(key): a bucket's fields, flat, and how many items a field takes there
---     (1: the field alone, its value empty; 2: field, value);
+--   kind.read(key): a bucket's pairs, flat (field, value...);
 --   kind.expired(value), where the kind has it: a field a split leaves out.
 -- keys: per group of buckets the call touches (a section, one slot): its stamp
 -- (stamp.lua), its level record, the buckets of the next `pairs` splits as the client

@@ -14,7 +14,7 @@ local EMPTY = {
     rcall('HSET', key, field, '')
   end,
   read = function(key)
-    return rcall('HGETALL', key), 2 -- (not HKEYS: a user granted an older ACL line lacks it)
+    return rcall('HGETALL', key) -- (not HKEYS: a user granted an older ACL line lacks it)
   end,
 }
 

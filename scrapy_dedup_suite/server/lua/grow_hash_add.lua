@@ -26,7 +26,7 @@ local function dedup_add(keys, argv)
       rcall('HSET', key, field, string.format('%.0f', math.ceil((now + ttl) / unit)))
     end,
     read = function(key)
-      return rcall('HGETALL', key), 2
+      return rcall('HGETALL', key)
     end,
     -- (a value that is no expiry stays, as the janitor leaves it)
     expired = function(value)
