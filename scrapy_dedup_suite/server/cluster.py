@@ -118,10 +118,6 @@ def ask_targets(server: Any) -> list[Any]:
     made: dict[str, ClusterNode] = getattr(server, "_dedup_ask_targets", None) or {}
     if not made:
         return []
-    manager = server.nodes_manager
-    listed = set(manager.nodes_cache)  # (and the masters the slots name: a slot may
-    for nodes in manager.slots_cache.values():  # name one before the list holds it)
-        listed.update(node.name for node in nodes)
-    for name in [name for name in made if name in listed]:
+    for name in [name for name in made if name in server.nodes_manager.nodes_cache]:
         made.pop(name, None)  # the map lists it now: loaded as one of its masters
     return [server.get_redis_connection(node) for node in list(made.values())]
